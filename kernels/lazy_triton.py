@@ -1,0 +1,102 @@
+"""Triton kernels that cost nothing until they first launch.
+
+`import kernels` must work on machines without Triton (and stay cheap where it
+is installed), yet each kernel file should read top to bottom as
+"kernel, launcher, reference". `lazy_jit` reconciles the two: it stands in for
+`@triton.jit` and only imports Triton when a kernel is first launched.
+
+A kernel module using it must start with `from __future__ import annotations`
+so that `BLOCK: tl.constexpr` stays a string (Triton reads it as text) instead
+of needing `tl` at import time, and may import `triton.language as tl` under
+`TYPE_CHECKING` for editors. On first launch `tl` is bound in that module's
+globals, which is where both the compiler and the CPU interpreter
+(TRITON_INTERPRET=1, read at that moment) resolve it.
+
+Kernels built this way cannot call each other as Triton sub-functions (the
+callee would still be a LazyKernel when the caller compiles), so each kernel is
+self-contained.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+
+class LazyKernel:
+    """A function that becomes `triton.jit(fn)` on first use."""
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self.fn = fn
+        self._jitted: Any = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def jitted(self) -> Any:
+        if self._jitted is None:
+            import triton
+            import triton.language as tl
+
+            self.fn.__globals__["tl"] = tl
+            self._jitted = triton.jit(self.fn)
+            if type(self._jitted).__name__ == "InterpretedFunction":
+                _fix_interpreter()
+        return self._jitted
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self.jitted[grid]
+
+
+def _fix_interpreter() -> None:
+    """Work around two bugs of Triton 3.6's CPU interpreter (never the GPU path).
+
+    1. Scalars are 1-element arrays turned into loop bounds with `int(array)`,
+       which numpy >= 2.4 refuses, so `for i in range(start, stop, STEP)` with
+       runtime bounds fails (triton-lang/triton#9171, fixed upstream by #9172
+       the same way as here).
+    2. bfloat16 values are stored as their raw uint16 bits and `tl.dot` feeds
+       those bits to numpy as integers. Widening bf16 to fp32 is exact (append
+       16 zero bits), so dot results are what a GPU's fp32-accumulating MMA
+       computes.
+    """
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original_patch = interpreter._patch_lang_tensor
+    if getattr(original_patch, "kernels_fixed", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    def widen_bf16(handle):
+        if handle.dtype.scalar != tl.bfloat16:
+            return handle
+        bits = handle.data.astype(np.uint32) << 16
+        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+
+    original_dot = interpreter.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original_dot(self, widen_bf16(a), widen_bf16(b), d, input_precision,
+                            max_num_imprecise_acc)
+
+    patch_lang_tensor.kernels_fixed = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    interpreter.InterpreterBuilder.create_dot = create_dot
+
+
+def lazy_jit(fn: Callable[..., None]) -> LazyKernel:
+    return LazyKernel(fn)
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n; Triton block shapes must be powers of two."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def dot_dim(n: int) -> int:
+    """Block size for a dimension that feeds `tl.dot`, which needs >= 16."""
+    return max(16, next_power_of_2(n))

@@ -1,0 +1,178 @@
+"""y = x @ w.T with optional split-K: the engine's batch-variance mechanism.
+
+Split-K cuts the reduction dimension into chunks, computes one partial product
+per chunk in parallel and adds the partials. Real GEMM libraries pick the split
+from the batch size (small batches need the extra parallelism), and since
+float addition is not associative a row's bits then depend on how many other
+rows were in the batch. `choose_split_k` reproduces that on purpose; with
+`batch_invariant=True` it always answers 1 and results no longer depend on
+the batch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from kernels.backend import resolve_backend
+from kernels.lazy_triton import lazy_jit
+
+if TYPE_CHECKING:
+    import triton.language as tl
+
+# Fixed tile sizes. BLOCK_M in particular must not follow the batch size: a
+# different tile shape may use a different MMA instruction and so a different
+# summation order, which would make rows batch-variant behind split-K's back.
+BLOCK_M, BLOCK_N, BLOCK_K = 16, 64, 32
+REDUCE_BLOCK = 1024
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@lazy_jit
+def matmul_partial_kernel(
+    x_ptr, w_ptr, workspace_ptr,
+    M, N, K, k_per_split,
+    stride_xm, stride_xk, stride_wn, stride_wk,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # One program owns one [BLOCK_M, BLOCK_N] tile of one K chunk.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_start = pid_k * k_per_split
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Every chunk runs the same trip count; the last one (shorter when K does
+    # not divide evenly) just masks the overhang.
+    for k0 in range(k_start, k_start + k_per_split, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = (ks < k_start + k_per_split) & (ks < K)
+        # x tile: [BLOCK_M, BLOCK_K], w tile: [BLOCK_N, BLOCK_K]
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk,
+                    mask=(rows[:, None] < M) & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :] * stride_wk,
+                    mask=(cols[:, None] < N) & k_ok[None, :], other=0.0)
+        # "ieee" keeps fp32 inputs out of TF32, whose 10-bit mantissa would
+        # put the kernel ~1e-3 away from the fp32 reference.
+        acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+
+    # workspace: [split_k, M, N] fp32, contiguous
+    out = workspace_ptr + pid_k * M * N + rows[:, None] * N + cols[None, :]
+    tl.store(out, acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@lazy_jit
+def split_k_reduce_kernel(workspace_ptr, out_ptr, numel, SPLIT_K: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    # Partials are added in chunk order 0, 1, ... so the result is
+    # deterministic; atomics would add them in whatever order programs finish.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < numel
+    acc = tl.load(workspace_ptr + offs, mask=ok, other=0.0)
+    for s in range(1, SPLIT_K):
+        acc += tl.load(workspace_ptr + s * numel + offs, mask=ok, other=0.0)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def matmul_triton(x: torch.Tensor, w: torch.Tensor, split_k: int = 1) -> torch.Tensor:
+    """x: [M, K], w: [N, K] (nn.Linear layout) -> [M, N] in x's dtype."""
+    check_matmul_inputs(x, w, split_k)
+    M, K = x.shape
+    N = w.shape[0]
+    k_per_split = k_chunk_size(K, split_k)
+    # workspace: [split_k, M, N]; fp32 so partials are not rounded before the sum
+    workspace = torch.empty((split_k, M, N), dtype=torch.float32, device=x.device)
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        return out
+    grid = (triton_cdiv(M, BLOCK_M), triton_cdiv(N, BLOCK_N), split_k)
+    matmul_partial_kernel[grid](
+        x, w, workspace, M, N, K, k_per_split,
+        x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+    )
+    split_k_reduce_kernel[(triton_cdiv(M * N, REDUCE_BLOCK),)](
+        workspace, out, M * N, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK,
+    )
+    return out
+
+
+def matmul_ref(x: torch.Tensor, w: torch.Tensor, split_k: int = 1) -> torch.Tensor:
+    """Torch twin of `matmul_triton`: same chunks, fp32 partials, same sum order."""
+    check_matmul_inputs(x, w, split_k)
+    M, K = x.shape
+    # x32: [P, K] with P >= M, see pad_rows
+    x32 = pad_rows(x.float())
+    w32 = w.float()
+    chunk = k_chunk_size(K, split_k)
+    acc = None
+    for s in range(split_k):
+        lo, hi = s * chunk, min((s + 1) * chunk, K)
+        partial = x32[:, lo:hi] @ w32[:, lo:hi].T  # [P, N]; an empty chunk gives zeros
+        acc = partial if acc is None else acc + partial
+    return acc[:M].to(x.dtype)
+
+
+def matmul(x: torch.Tensor, w: torch.Tensor, split_k: int = 1,
+           backend: str | None = None) -> torch.Tensor:
+    """x: [M, K] @ w: [N, K].T -> [M, N], by `matmul_ref` or `matmul_triton`."""
+    if resolve_backend(backend) == "triton":
+        return matmul_triton(x, w, split_k)
+    return matmul_ref(x, w, split_k)
+
+
+def choose_split_k(num_rows: int, k: int, batch_invariant: bool) -> int:
+    """How many K chunks a GEMM with `num_rows` rows uses.
+
+    Mimics library heuristics: few rows leave most of a GPU idle, so the
+    reduction is split to create more parallel work. Only splits that divide
+    K evenly are used, and short reductions are never split.
+    """
+    if num_rows < 1 or k < 1:
+        raise ValueError(f"choose_split_k needs num_rows >= 1 and k >= 1, got {num_rows}, {k}")
+    if batch_invariant or k < 64:
+        return 1
+    split = 4 if num_rows <= 4 else 2 if num_rows <= 16 else 1
+    while split > 1 and k % split:
+        split //= 2
+    return split
+
+
+def pad_rows(x: torch.Tensor, multiple: int = 8) -> torch.Tensor:
+    """Append zero rows so the row count is a non-zero multiple of `multiple`.
+
+    Measured on this MKL: sgemm gives a row different bits when the row count
+    is 1..3, or when it falls in a 1..3-row tail after a multiple of 4 in
+    batches up to 11 rows. With at least 8 rows, always a multiple of 8, every
+    row came out bit-identical whatever the batch (1, 2 and 4 threads).
+    """
+    m = x.shape[0]
+    padded = max(multiple, -(-m // multiple) * multiple)
+    if padded == m:
+        return x
+    return torch.cat([x, x.new_zeros((padded - m, *x.shape[1:]))])
+
+
+def k_chunk_size(k: int, split_k: int) -> int:
+    """Chunk length shared by both backends; the last chunk may be shorter."""
+    return -(-k // split_k)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_matmul_inputs(x: torch.Tensor, w: torch.Tensor, split_k: int) -> None:
+    if x.dim() != 2 or w.dim() != 2:
+        raise ValueError(f"matmul wants x [M, K] and w [N, K], got {tuple(x.shape)} and {tuple(w.shape)}")
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"matmul K mismatch: x {tuple(x.shape)} vs w {tuple(w.shape)}")
+    if x.dtype != w.dtype or x.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"matmul wants x and w of one float dtype, got {x.dtype} and {w.dtype}")
+    if x.device != w.device:
+        raise ValueError(f"matmul wants x and w on one device, got {x.device} and {w.device}")
+    if not isinstance(split_k, int) or not 1 <= split_k <= max(1, x.shape[1]):
+        raise ValueError(f"split_k must be an int in [1, K={x.shape[1]}], got {split_k!r}")

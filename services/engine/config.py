@@ -1,0 +1,94 @@
+"""Engine configuration: one validated dataclass, names as in vLLM."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "int8", "int4")
+GRANULARITIES = ("per-channel", "per-group", "per-tensor")
+KV_CACHE_DTYPES = ("auto", "int8")
+KERNEL_BACKENDS = ("torch", "triton")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _positive(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
+
+
+@dataclass
+class EngineConfig:
+    model: str
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    num_gpu_blocks: int | None = None  # overrides the memory-derived KV pool size
+    # On CPU there is no device allocator to ask, so capacity is configured.
+    device_memory_capacity: int = 256 * 2**20
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 1024
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    speculative_model: str | None = None
+    num_speculative_tokens: int = 0
+    kernel_backend: str | None = None  # None: triton on CUDA, torch on CPU
+    batch_invariant: bool = False
+    dtype: str = "auto"  # auto: bfloat16 (emulated on CPU by rounding), as served in production
+    quantization: str = "none"
+    quantization_granularity: str = "per-channel"
+    quantization_group_size: int = 32
+    kv_cache_dtype: str = "auto"
+    kv_cache_scale: float | None = None  # int8 KV: value = q * scale; None = calibrate at load
+    device: str = "auto"
+    seed: int = 0
+    torch_threads: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.model, (str, Path)) or not str(self.model):
+            raise ValueError("model must be a path to a model directory")
+        self.model = str(self.model)
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                     "device_memory_capacity", "quantization_group_size"):
+            _positive(name, getattr(self, name))
+        if self.num_gpu_blocks is not None:
+            _positive("num_gpu_blocks", self.num_gpu_blocks)
+        if not isinstance(self.gpu_memory_utilization, (int, float)) or not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "batch_invariant"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        _choice("dtype", self.dtype, DTYPES)
+        _choice("quantization", self.quantization, QUANTIZATIONS)
+        _choice("quantization_granularity", self.quantization_granularity, GRANULARITIES)
+        _choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
+        _choice("device", self.device, DEVICES)
+        if self.kernel_backend is not None:
+            _choice("kernel_backend", self.kernel_backend, KERNEL_BACKENDS)
+        if self.kv_cache_scale is not None and not (isinstance(self.kv_cache_scale, (int, float)) and self.kv_cache_scale > 0):
+            raise ValueError(f"kv_cache_scale must be a positive number, got {self.kv_cache_scale!r}")
+        if not isinstance(self.num_speculative_tokens, int) or self.num_speculative_tokens < 0:
+            raise ValueError(f"num_speculative_tokens must be a non-negative integer, got {self.num_speculative_tokens!r}")
+        if self.num_speculative_tokens and not self.speculative_model:
+            raise ValueError("num_speculative_tokens needs speculative_model (a draft model path)")
+        if self.speculative_model and not self.num_speculative_tokens:
+            raise ValueError("speculative_model needs num_speculative_tokens >= 1")
+        if self.torch_threads is not None:
+            _positive("torch_threads", self.torch_threads)
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError("max_num_batched_tokens must be >= max_model_len when enable_chunked_prefill is off")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (each running sequence needs a token)")
+        for path_field in ("model", "speculative_model"):
+            value = getattr(self, path_field)
+            if value is not None and not (Path(value) / "config.json").is_file():
+                raise ValueError(f"{path_field}: {value} is not a model directory (no config.json)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,346 @@
+"""The engine: schedule, run, sample, update — one `step()` at a time.
+
+    step():
+        plan  = scheduler.schedule()          # who computes which tokens
+        batch = pack(plan)                    # flat tokens + slots + block tables
+        logits = runner.forward(batch)        # paged attention over the KV pool
+        tokens = sample / verify drafts
+        scheduler.update_from_output(...)     # stop checks, free finished blocks
+        drafts = proposer.run(...)            # speculative decoding, if on
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from kernels.backend import resolve_backend
+from services.engine.block_pool import BlockPool
+from services.engine.config import EngineConfig
+from services.engine.kv_cache_manager import KVCacheManager
+from services.engine.memory import DeviceMemory, DeviceOutOfMemoryError
+from services.engine.model_runner import ForwardBatch, ModelRunner
+from services.engine.numerics import Numerics
+from services.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from services.engine.rejection_sampler import verify
+from services.engine.sampler import processed_probs, sample
+from services.engine.sampling_params import SamplingParams
+from services.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from services.engine.sequence import Request, RequestStatus
+from services.engine.spec_decode import DraftProposer, DraftWork, Proposal
+from services.engine.weights import calibrate_kv_scale, load_model_weights
+from services.model.tokenizer import CharTokenizer
+
+__all__ = ["LLMEngine", "EngineStats", "DeviceOutOfMemoryError"]
+
+
+@dataclass
+class EngineStats:
+    """Cumulative counters a server turns into metrics (vLLM's names)."""
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    spec_decode_num_drafts_total: int = 0
+    spec_decode_num_draft_tokens_total: int = 0
+    spec_decode_num_accepted_tokens_total: int = 0
+    num_steps_total: int = 0
+    last_step_tokens: int = 0
+    iteration_tokens: list[int] = field(default_factory=list)  # drained by the server
+
+
+@dataclass
+class _RequestState:
+    request: Request
+    prompt: str | None
+    params: SamplingParams
+    generator: torch.Generator
+    sent_text_len: int = 0
+    sent_tokens: int = 0
+    stop_reason: str | None = None
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda requested but no CUDA device is available")
+    return torch.device(name)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        self.device = _device(config.device)
+        self.backend = resolve_backend(config.kernel_backend)
+        self.numerics = Numerics.create(config.dtype, self.device)
+        self.tokenizer = CharTokenizer.from_pretrained(config.model)
+        self.weights = load_model_weights(config.model, self.numerics, config.quantization,
+                                          config.quantization_granularity, config.quantization_group_size)
+        cfg = self.weights.config
+        if config.max_model_len > cfg.max_position_embeddings:
+            raise ValueError(f"max_model_len={config.max_model_len} exceeds the model's "
+                             f"max_position_embeddings={cfg.max_position_embeddings}")
+        self.kv_scale = 1.0
+        if config.kv_cache_dtype == "int8":
+            self.kv_scale = config.kv_cache_scale or calibrate_kv_scale(
+                config.model, self.tokenizer.encode("story: the cat sees a dog. add: 123+45 -> 861 sort: dcba -> abcd"))
+        self.draft_weights = None
+        if config.speculative_model:
+            self.draft_weights = load_model_weights(config.speculative_model, self.numerics)
+            if self.draft_weights.config.vocab_size != cfg.vocab_size:
+                raise ValueError("speculative_model must share the target's vocabulary")
+        self.memory = DeviceMemory(self.device, config.device_memory_capacity)
+        self._build_runners()
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
+                            config.enable_chunked_prefill, config.num_speculative_tokens),
+            KVCacheManager(BlockPool(self.num_blocks, config.enable_prefix_caching),
+                           config.block_size, config.enable_prefix_caching))
+        self.stats = EngineStats()
+        self._states: dict[str, _RequestState] = {}
+        self._aborted: list[RequestOutput] = []
+        self._rng = random.Random(config.seed)
+        self._ids = itertools.count()
+
+    # -- construction ------------------------------------------------------
+    def _build_runners(self) -> None:
+        c, cfg = self.config, self.weights.config
+        elem = 1 if c.kv_cache_dtype == "int8" else torch.tensor([], dtype=self.numerics.kv_storage_dtype).element_size()
+        block_bytes = ModelRunner.kv_bytes_per_block(cfg, c.block_size, elem)
+        weights_bytes = self.weights.nbytes()
+        if self.draft_weights is not None:
+            block_bytes += ModelRunner.kv_bytes_per_block(self.draft_weights.config, c.block_size, elem)
+            weights_bytes += self.draft_weights.nbytes()
+        common = dict(block_size=c.block_size, numerics=self.numerics, backend=self.backend,
+                      batch_invariant=c.batch_invariant, max_model_len=c.max_model_len)
+        # Profile like vLLM: a dummy step of the full token budget with short
+        # sequences. Long contexts at peak batch need more than this: headroom.
+        probe = ModelRunner(self.weights, 1, kv_cache_dtype=c.kv_cache_dtype, kv_scale=self.kv_scale, **common)
+        num_logits = c.max_num_seqs * (1 + c.num_speculative_tokens)
+        profiled = probe.activation_bytes(c.max_num_batched_tokens, num_logits, 1)
+        del probe
+        plan = self.memory.plan(weights_bytes, profiled, block_bytes, c.gpu_memory_utilization, c.num_gpu_blocks)
+        self.num_blocks = plan.num_blocks
+        self.memory_plan = plan
+        self.runner = ModelRunner(self.weights, plan.num_blocks, kv_cache_dtype=c.kv_cache_dtype,
+                                  kv_scale=self.kv_scale, **common)
+        self.proposer = None
+        if self.draft_weights is not None:
+            draft_runner = ModelRunner(self.draft_weights, plan.num_blocks, kv_cache_dtype=c.kv_cache_dtype,
+                                       kv_scale=self.kv_scale, **common)
+            self.proposer = DraftProposer(draft_runner, c.num_speculative_tokens, c.block_size)
+        self._proposals: dict[str, Proposal] = {}
+
+    # -- requests ----------------------------------------------------------
+    def get_tokenizer(self) -> CharTokenizer:
+        return self.tokenizer
+
+    def add_request(self, request_id: str | None, prompt: str | list[int], params: SamplingParams | None = None,
+                    arrival_time: float | None = None) -> str:
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
+        if request_id in self._states:
+            raise ValueError(f"request_id {request_id!r} is already in flight")
+        if isinstance(prompt, str):
+            text, ids = prompt, self.tokenizer.encode(prompt)
+        else:
+            text, ids = None, list(prompt)
+            if not ids or not all(isinstance(t, int) and 0 <= t < self.weights.config.vocab_size for t in ids):
+                raise ValueError("prompt token ids must be a non-empty list of ids inside the vocabulary")
+        if len(ids) + params.max_tokens > self.config.max_model_len:
+            raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                             f"max_model_len={self.config.max_model_len}")
+        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        request = Request(request_id, ids, params.max_tokens, self.tokenizer.eos_token_id,
+                          ignore_eos=params.ignore_eos, stop_token_ids=tuple(params.stop_token_ids),
+                          sampling_params=params,
+                          arrival_time=time.monotonic() if arrival_time is None else arrival_time)
+        self.scheduler.add_request(request)
+        self._states[request_id] = _RequestState(request, text, params, torch.Generator().manual_seed(seed))
+        self.stats.prompt_tokens_total += len(ids)
+        return request_id
+
+    def abort_request(self, request_ids: str | list[str]) -> None:
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        for req in self.scheduler.abort_requests(ids):
+            self._aborted.append(self._output(self._states[req.request_id]))
+            self._forget(req.request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests() or bool(self._aborted)
+
+    # -- one step ----------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        outputs, self._aborted = self._aborted, []
+        plan = self.scheduler.schedule()
+        for rid in plan.preempted_request_ids:
+            self._proposals.pop(rid, None)
+            if self.proposer:
+                self.proposer.reset(rid)
+        if not plan.scheduled:
+            return outputs
+        self.runner.copy_blocks(plan.block_copies)
+        if self.proposer:
+            self.proposer.runner.copy_blocks(plan.block_copies)
+        batch, rows = self._pack(plan)
+        self.memory.reserve_step(self.runner.activation_bytes(
+            batch.num_tokens, int(batch.logits_indices.shape[0]), int(batch.block_tables.shape[1])))
+        try:
+            logits = self.runner.forward(batch)
+        except torch.OutOfMemoryError as e:  # the real allocator on CUDA
+            raise DeviceOutOfMemoryError(str(e)) from e
+        sampled, accepted = self._sample(plan, logits, rows)
+        num_before = {s.request.request_id: s.request.num_tokens for s in plan.scheduled}
+        finished = self.scheduler.update_from_output(plan, sampled)
+        self.memory.release_step()
+        self.stats.num_steps_total += 1
+        self.stats.last_step_tokens = plan.num_batched_tokens
+        self.stats.iteration_tokens.append(plan.num_batched_tokens)
+        for rid, toks in sampled.items():
+            req = self._states[rid].request
+            self.stats.generation_tokens_total += req.num_tokens - num_before[rid]
+        finished += self._apply_stop_strings(plan)
+        finished_ids = {r.request_id for r in finished}
+        if self.proposer:
+            self._propose(plan, accepted, finished_ids)
+        for s in plan.scheduled:
+            rid = s.request.request_id
+            if rid in sampled or rid in finished_ids:
+                outputs.append(self._output(self._states[rid]))
+        for rid in finished_ids:
+            self._forget(rid)
+        return outputs
+
+    def _pack(self, plan: SchedulerOutput) -> tuple[ForwardBatch, list[tuple[int, int]]]:
+        """Flatten the scheduled tokens; rows[i] = logits rows of scheduled request i."""
+        bs = self.config.block_size
+        kv = self.scheduler.kv_cache_manager
+        ids, pos, slots, seq_lens, qsl, logit_idx, rows, tables = [], [], [], [], [0], [], [], []
+        for s in plan.scheduled:
+            req, start, n = s.request, s.num_computed_tokens, s.num_new_tokens
+            known = req.all_token_ids
+            tokens = (known + list(s.spec_token_ids))[start:start + n]
+            table = kv.get_block_table(req.request_id)
+            tables.append(table)
+            for i, tok in enumerate(tokens):
+                p = start + i
+                ids.append(tok)
+                pos.append(p)
+                slots.append(table[p // bs] * bs + p % bs)
+            seq_lens.append(start + n)
+            qsl.append(qsl[-1] + n)
+            if s.samples:
+                first = len(logit_idx)
+                k = len(s.spec_token_ids)
+                logit_idx.extend(range(qsl[-1] - 1 - k, qsl[-1]))
+                rows.append((first, first + k + 1))
+            else:
+                rows.append((0, 0))
+        width = max(len(t) for t in tables)
+        block_tables = torch.zeros((len(tables), width), dtype=torch.int32)
+        for b, t in enumerate(tables):
+            block_tables[b, : len(t)] = torch.tensor(t, dtype=torch.int32)
+        dev = self.device
+        batch = ForwardBatch(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev),
+                             torch.tensor(slots, device=dev), block_tables.to(dev),
+                             torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+                             torch.tensor(qsl, dtype=torch.int32, device=dev),
+                             torch.tensor(logit_idx, dtype=torch.int64, device=dev))
+        return batch, rows
+
+    def _sample(self, plan: SchedulerOutput, logits: torch.Tensor, rows) -> tuple[dict, dict]:
+        logits = logits.cpu()
+        sampled: dict[str, list[int]] = {}
+        accepted: dict[str, int] = {}
+        plain = [(i, s) for i, s in enumerate(plan.scheduled) if s.samples and not s.spec_token_ids]
+        if plain:
+            states = [self._states[s.request.request_id] for _, s in plain]
+            toks = sample(logits[[rows[i][0] for i, _ in plain]], [st.params for st in states],
+                          [st.generator for st in states])
+            for (_, s), tok in zip(plain, toks):
+                sampled[s.request.request_id] = [tok]
+        for i, s in enumerate(plan.scheduled):
+            if not (s.samples and s.spec_token_ids):
+                continue
+            rid = s.request.request_id
+            st = self._states[rid]
+            proposal = self._proposals.pop(rid)
+            k = len(s.spec_token_ids)
+            target = processed_probs(logits[rows[i][0]:rows[i][1]], [st.params] * (k + 1))
+            tokens, n_acc = verify(list(s.spec_token_ids), proposal.probs[:k], target, st.generator, st.params.greedy)
+            sampled[rid], accepted[rid] = tokens, n_acc
+            self.stats.spec_decode_num_drafts_total += 1
+            self.stats.spec_decode_num_draft_tokens_total += k
+            self.stats.spec_decode_num_accepted_tokens_total += n_acc
+        return sampled, accepted
+
+    def _propose(self, plan: SchedulerOutput, accepted: dict[str, int], finished_ids: set[str]) -> None:
+        kv = self.scheduler.kv_cache_manager
+        work = []
+        for s in plan.scheduled:
+            req = s.request
+            rid = req.request_id
+            if rid in finished_ids or req.status is not RequestStatus.RUNNING:
+                continue
+            if rid in accepted:
+                self.proposer.accept(rid, accepted[rid])
+            decoding = not req.is_prefill
+            tokens = req.all_token_ids
+            upto = len(tokens) if decoding else req.num_computed_tokens
+            start = self.proposer.computed(rid)
+            if start >= upto:
+                continue
+            work.append(DraftWork(rid, tokens[:upto], start, kv.get_block_table(rid), decoding,
+                                  self._states[rid].params, self._states[rid].generator))
+        proposals = self.proposer.run(work)
+        self._proposals.update(proposals)
+        self.scheduler.update_draft_token_ids({rid: p.token_ids for rid, p in proposals.items()})
+
+    def _apply_stop_strings(self, plan: SchedulerOutput) -> list[Request]:
+        stopped = []
+        for s in plan.scheduled:
+            st = self._states[s.request.request_id]
+            if not st.params.stop or s.request.is_finished:
+                continue
+            text = self.tokenizer.decode(s.request.output_token_ids)
+            for stop in st.params.stop:
+                if stop in text[max(0, st.sent_text_len - len(stop)):] or stop in text:
+                    st.stop_reason = stop
+                    stopped += self.scheduler.finish_requests([s.request.request_id], RequestStatus.FINISHED_STOPPED)
+                    break
+        return stopped
+
+    def _output(self, st: _RequestState) -> RequestOutput:
+        req = st.request
+        text = self.tokenizer.decode(req.output_token_ids)
+        finished = req.is_finished
+        if st.stop_reason is not None:
+            text = text[: text.find(st.stop_reason)]
+        elif not finished and st.params.stop:
+            # Hold back a tail that might still become a stop string.
+            hold = max(len(s) for s in st.params.stop) - 1
+            text = text[: max(st.sent_text_len, len(text) - hold)]
+        delta_text, delta_ids = text[st.sent_text_len:], req.output_token_ids[st.sent_tokens:]
+        st.sent_text_len, st.sent_tokens = len(text), req.num_output_tokens
+        reason = RequestStatus.finished_reason(req.status) if finished else None
+        stop_reason = st.stop_reason
+        if reason == "stop" and stop_reason is None and req.output_token_ids and req.output_token_ids[-1] != req.eos_token_id:
+            stop_reason = req.output_token_ids[-1]
+        metrics = RequestMetrics(req.arrival_time, req.first_scheduled_time, req.first_token_time,
+                                 req.last_token_time, req.finished_time, req.num_cached_tokens or 0,
+                                 req.num_preemptions)
+        return RequestOutput(req.request_id, st.prompt, list(req.prompt_token_ids),
+                             [CompletionOutput(0, text, list(req.output_token_ids), reason, stop_reason)],
+                             finished, metrics, delta_text, list(delta_ids))
+
+    def _forget(self, request_id: str) -> None:
+        self._states.pop(request_id, None)
+        self._proposals.pop(request_id, None)
+        if self.proposer:
+            self.proposer.forget(request_id)
