@@ -40,52 +40,13 @@ class LazyKernel:
             self.fn.__globals__["tl"] = tl
             self._jitted = triton.jit(self.fn)
             if type(self._jitted).__name__ == "InterpretedFunction":
-                _fix_interpreter()
+                from kernels.interpreter_fixes import fix_interpreter
+
+                fix_interpreter()
         return self._jitted
 
     def __getitem__(self, grid: Any) -> Any:
         return self.jitted[grid]
-
-
-def _fix_interpreter() -> None:
-    """Work around two bugs of Triton 3.6's CPU interpreter (never the GPU path).
-
-    1. Scalars are 1-element arrays turned into loop bounds with `int(array)`,
-       which numpy >= 2.4 refuses, so `for i in range(start, stop, STEP)` with
-       runtime bounds fails (triton-lang/triton#9171, fixed upstream by #9172
-       the same way as here).
-    2. bfloat16 values are stored as their raw uint16 bits and `tl.dot` feeds
-       those bits to numpy as integers. Widening bf16 to fp32 is exact (append
-       16 zero bits), so dot results are what a GPU's fp32-accumulating MMA
-       computes.
-    """
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-
-    original_patch = interpreter._patch_lang_tensor
-    if getattr(original_patch, "kernels_fixed", False):
-        return
-
-    def patch_lang_tensor(tensor, scope):
-        original_patch(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
-
-    def widen_bf16(handle):
-        if handle.dtype.scalar != tl.bfloat16:
-            return handle
-        bits = handle.data.astype(np.uint32) << 16
-        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
-
-    original_dot = interpreter.InterpreterBuilder.create_dot
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        return original_dot(self, widen_bf16(a), widen_bf16(b), d, input_precision,
-                            max_num_imprecise_acc)
-
-    patch_lang_tensor.kernels_fixed = True
-    interpreter._patch_lang_tensor = patch_lang_tensor
-    interpreter.InterpreterBuilder.create_dot = create_dot
 
 
 def lazy_jit(fn: Callable[..., None]) -> LazyKernel:

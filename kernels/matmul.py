@@ -59,8 +59,9 @@ def matmul_partial_kernel(
         # put the kernel ~1e-3 away from the fp32 reference.
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
 
-    # workspace: [split_k, M, N] fp32, contiguous
-    out = workspace_ptr + pid_k * M * N + rows[:, None] * N + cols[None, :]
+    # workspace: [split_k, M, N] fp32, contiguous; int64 because split_k * M * N
+    # passes 2**31 for a large-vocabulary head over a long prefill
+    out = workspace_ptr + pid_k.to(tl.int64) * M * N + rows[:, None] * N + cols[None, :]
     tl.store(out, acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
@@ -71,9 +72,12 @@ def split_k_reduce_kernel(workspace_ptr, out_ptr, numel, SPLIT_K: tl.constexpr,
     # deterministic; atomics would add them in whatever order programs finish.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < numel
-    acc = tl.load(workspace_ptr + offs, mask=ok, other=0.0)
-    for s in range(1, SPLIT_K):
-        acc += tl.load(workspace_ptr + s * numel + offs, mask=ok, other=0.0)
+    partial_ptr = workspace_ptr + offs
+    acc = tl.load(partial_ptr, mask=ok, other=0.0)
+    for _ in range(1, SPLIT_K):
+        # Stepping the pointer (64-bit) avoids an int32 s * numel overflow.
+        partial_ptr += numel
+        acc += tl.load(partial_ptr, mask=ok, other=0.0)
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
@@ -131,8 +135,8 @@ def choose_split_k(num_rows: int, k: int, batch_invariant: bool) -> int:
     reduction is split to create more parallel work. Only splits that divide
     K evenly are used, and short reductions are never split.
     """
-    if num_rows < 1 or k < 1:
-        raise ValueError(f"choose_split_k needs num_rows >= 1 and k >= 1, got {num_rows}, {k}")
+    if num_rows < 0 or k < 0:
+        raise ValueError(f"choose_split_k needs num_rows >= 0 and k >= 0, got {num_rows}, {k}")
     if batch_invariant or k < 64:
         return 1
     split = 4 if num_rows <= 4 else 2 if num_rows <= 16 else 1

@@ -24,14 +24,13 @@ import torch
 from kernels.backend import resolve_backend
 from kernels.kv_cache_write import write_kv, write_kv_ref, write_kv_triton
 from kernels.lazy_triton import dot_dim, lazy_jit
+from kernels.paged_attention_inputs import check_paged_inputs, check_paged_metadata, query_positions
 
 if TYPE_CHECKING:
     import triton.language as tl
 
 __all__ = ["paged_attention_ref", "paged_attention_triton", "paged_attention", "naive_attention",
            "query_positions", "check_paged_metadata", "write_kv", "write_kv_ref", "write_kv_triton"]
-
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @lazy_jit
@@ -109,12 +108,12 @@ def paged_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, query_st
     T, Hq, D = q.shape
     _, block_size, Hkv, _ = k_cache.shape
     group = Hq // Hkv
-    seq_of_token, pos = query_positions(seq_lens, query_start_loc, T)
-    out = torch.empty_like(q)
-    if T == 0:
-        return out
     if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or block_tables.stride(1) != 1:
         raise ValueError("paged_attention_triton needs unit stride along head_dim and block_tables rows")
+    seq_of_token, pos = query_positions(seq_lens, query_start_loc, T)
+    out = torch.empty((T, Hq, D), dtype=q.dtype, device=q.device)
+    if T == 0:
+        return out
     paged_attention_kernel[(T, Hkv)](
         q, k_cache, v_cache, block_tables, seq_of_token, pos, out,
         float(scale), float(k_scale), float(v_scale),
@@ -134,53 +133,105 @@ def paged_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, query_start
     int8 holding value / k_scale, value / v_scale); block_tables: [B, max_blocks]
     int32; seq_lens: [B] int32 (including this step's tokens); query_start_loc:
     [B + 1] int32. Returns out: [T, Hq, D] in q's dtype.
-
-    Scores and P @ V are elementwise products summed with `.sum()` over one
-    small axis, not matmuls: measured on this CPU, a batched matmul gives an
-    item different bits depending on how many items are in the batch, while
-    a reduction over a fixed-length axis does not.
     """
     check_paged_inputs(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
     check_paged_metadata(q, k_cache, block_tables, seq_lens, query_start_loc)
     T, Hq, D = q.shape
-    _, block_size, Hkv, _ = k_cache.shape
-    group = Hq // Hkv
+    Hkv = k_cache.shape[2]
     seq_of_token, pos = query_positions(seq_lens, query_start_loc, T)
-    pos = pos.long()
-    if T == 0:
-        return torch.empty_like(q)
+    # tables: [T, max_blocks] padded so BLOCKS_PER_STEP-wide slices never run off the end
+    tables = block_tables.long()[seq_of_token.long()]
+    tables = torch.nn.functional.pad(tables, (0, BLOCKS_PER_STEP))
+    q32 = q.float().reshape(T, Hkv, Hq // Hkv, D)
+    out = torch.empty((T, Hkv, Hq // Hkv, D), device=q.device)
+    # Chunking queries only bounds memory: every query's arithmetic is the same
+    # in any chunk (and any batch), which is the point of the whole design.
+    for t0 in range(0, T, QUERIES_PER_CHUNK):
+        t1 = min(t0 + QUERIES_PER_CHUNK, T)
+        out[t0:t1] = attend_chunk(q32[t0:t1], pos[t0:t1].long(), tables[t0:t1], k_cache, v_cache,
+                                  scale, k_scale, v_scale)
+    return out.reshape(T, Hq, D).to(q.dtype)
 
-    q32 = q.float().view(T, 1, Hkv, group, D)  # [T, 1, Hkv, G, D]
-    tables = block_tables.long()[seq_of_token.long()]  # [T, max_blocks]
-    slots = torch.arange(block_size, device=q.device)
-    m = torch.full((T, Hkv, group), float("-inf"), device=q.device)
-    l = torch.zeros((T, Hkv, group), device=q.device)
-    acc = torch.zeros((T, Hkv, group, D), device=q.device)
 
-    for j in range(int(pos.max()) // block_size + 1):
-        visible = j * block_size + slots[None, :] <= pos[:, None]  # [T, block_size]
-        active = visible[:, 0]  # [T]: block j holds some key this query sees
-        block = torch.where(active, tables[:, j], 0)  # padding entries are never used
-        k = dequantize(k_cache[block], k_scale)  # [T, block_size, Hkv, D]
-        v = dequantize(v_cache[block], v_scale)
+# Keys are fetched and scored BLOCKS_PER_STEP blocks at a time: a CPU reference
+# spends its time on per-call overhead, so fewer, larger torch calls are what
+# make it fast. The width must be a constant, as matmul bits may depend on the
+# matrix shapes; queries are chunked only to bound memory.
+BLOCKS_PER_STEP = 8
+QUERIES_PER_CHUNK = 256
+
+
+def attend_chunk(q32, pos, tables, k_cache, v_cache, scale, k_scale, v_scale) -> torch.Tensor:
+    """q32: [n, Hkv, G, D] fp32, pos: [n], tables: [n, >= max_blocks + S] -> [n, Hkv, G, D].
+
+    Scores and P @ V go through `torch.bmm`, one kv head at a time, on
+    operands whose per-item layout never depends on n. Measured on this CPU:
+    bmm then gives an item the same bits whatever the batch count, whereas
+    `matmul` on reshaped views switches BLAS code paths with the batch's shape.
+    """
+    n, Hkv, G, D = q32.shape
+    block_size = k_cache.shape[1]
+    S = BLOCKS_PER_STEP
+    device = q32.device
+    m = torch.full((n, Hkv, G), float("-inf"), device=device)  # running max
+    # acc and l travel together as [..., :D] and [..., D]: both are rescaled by
+    # alpha and then added to, so one update per block serves both.
+    acc_l = torch.zeros((n, Hkv, G, D + 1), device=device)
+    step_slots = torch.arange(S * block_size, device=device)
+    # Gather buffers reused by every step: fresh multi-MB tensors per step
+    # were measured to cost more in page faults than the copy itself.
+    k_rows = torch.empty((n * S, block_size * Hkv * D), dtype=k_cache.dtype, device=device)
+    v_rows = torch.empty_like(k_rows)
+
+    for j0 in range(0, int(pos.max()) // block_size + 1, S):
+        visible = j0 * block_size + step_slots[None, :] <= pos[:, None]  # [n, S * block_size]
+        active = visible[:, ::block_size]  # [n, S]: block j0 + s holds a key the query sees
+        blocks = torch.where(active, tables[:, j0:j0 + S], 0)  # padding entries are never used
+        k = gather_blocks(k_cache, blocks, k_scale, k_rows)  # [n, S * block_size, Hkv, D]
+        v = gather_blocks(v_cache, blocks, v_scale, v_rows)
         # Masked slots may hold anything (stale or uninitialised memory, even
-        # NaN); p = 0 there, but 0 * NaN = NaN, so zero them instead.
-        v = torch.where(visible[:, :, None, None], v, 0.0)
+        # NaN); p = 0 there, but 0 * NaN = NaN, so zero those rows of v.
+        hidden_rows = (~visible).reshape(-1).nonzero().squeeze(1)
+        v.view(n * S * block_size, Hkv * D).index_fill_(0, hidden_rows, 0.0)
 
-        scores = (q32 * k[:, :, :, None, :]).sum(-1) * scale  # [T, block_size, Hkv, G]
-        scores = torch.where(visible[:, :, None, None], scores, float("-inf"))
-        m_new = torch.maximum(m, scores.amax(1))
-        alpha = torch.exp(m - m_new)
-        p = torch.exp(scores - m_new[:, None])  # [T, block_size, Hkv, G]
-        l_new = l * alpha + p.sum(1)
-        acc_new = acc * alpha[..., None] + (p[..., None] * v[:, :, :, None, :]).sum(1)
+        # scores: [n, Hkv, G, S * block_size]
+        scores = torch.stack([torch.bmm(q32[:, h], k[:, :, h].transpose(1, 2)) for h in range(Hkv)], 1)
+        scores = (scores * scale).masked_fill_(~visible[:, None, None, :], float("-inf"))
+        scores = scores.view(n, Hkv, G, S, block_size)
+        # Running max after each block; a block with nothing visible has max
+        # -inf and leaves m alone.
+        m_after = torch.cummax(torch.cat([m[..., None], scores.amax(-1)], dim=-1), dim=-1).values
+        alpha = torch.exp(m_after[..., :-1] - m_after[..., 1:])  # [n, Hkv, G, S]; 0 on block 0
+        p = torch.exp(scores - m_after[..., 1:, None])  # [n, Hkv, G, S, block_size]
+        p_sum = p.sum(-1)  # [n, Hkv, G, S]
+        # One bmm item per (query, block): [G, block_size] @ [block_size, D]
+        p_items = p.permute(0, 3, 1, 2, 4).reshape(n * S, Hkv, G, block_size)
+        v_items = v.view(n * S, block_size, Hkv, D)
+        pv = torch.stack([torch.bmm(p_items[:, h], v_items[:, :, h]) for h in range(Hkv)], 1)
+        pv_psum = torch.cat([pv.view(n, S, Hkv, G, D), p_sum.permute(0, 3, 1, 2)[..., None]], -1)
+        alpha = alpha.permute(0, 3, 1, 2)[..., None]  # [n, S, Hkv, G, 1]
 
-        keep = active[:, None, None]  # queries that ended earlier: exact no-op
-        m = torch.where(keep, m_new, m)
-        l = torch.where(keep, l_new, l)
-        acc = torch.where(keep[..., None], acc_new, acc)
+        for s in range(S):  # the recurrence itself is sequential, block by block
+            keep = active[:, s, None, None, None]  # queries past their last key: exact no-op
+            acc_l = torch.where(keep, acc_l * alpha[:, s] + pv_psum[:, s], acc_l)
+        m = m_after[..., -1]
 
-    return (acc / l[..., None]).reshape(T, Hq, D).to(q.dtype)
+    return acc_l[..., :D] / acc_l[..., D:]
+
+
+def gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, cache_scale: float,
+                  out: torch.Tensor) -> torch.Tensor:
+    """cache: [num_blocks, block_size, Hkv, D], blocks: [n, S] -> fp32 [n, S * block_size, Hkv, D].
+
+    out: [n * S, block_size * Hkv * D] in the cache's dtype, overwritten.
+    """
+    n, S = blocks.shape
+    _, block_size, Hkv, D = cache.shape
+    torch.index_select(cache.view(cache.shape[0], -1), 0, blocks.reshape(-1), out=out)
+    rows = out.view(n, S * block_size, Hkv, D)
+    if cache.dtype == torch.int8:
+        return rows.float() * cache_scale
+    return rows.float()
 
 
 def paged_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale,
@@ -206,68 +257,3 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     causal = torch.arange(Tk, device=q.device)[None, :] <= q_pos[:, None]  # [Tq, Tk]
     probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
     return torch.einsum("hqk,khd->qhd", probs, v64).to(q.dtype)
-
-
-def dequantize(cache_rows: torch.Tensor, cache_scale: float) -> torch.Tensor:
-    if cache_rows.dtype == torch.int8:
-        return cache_rows.float() * cache_scale
-    return cache_rows.float()
-
-
-def query_positions(seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-                    num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (seq_of_token [T] int32, pos [T] int32): each query's sequence and position.
-
-    Stays on the tensors' device without a host sync (output_size is given).
-    """
-    device = query_start_loc.device
-    q_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()  # [B]
-    seq = torch.repeat_interleave(torch.arange(q_lens.numel(), device=device), q_lens,
-                                  output_size=num_tokens)  # [T]
-    token = torch.arange(num_tokens, device=device)
-    pos = seq_lens.long()[seq] - q_lens[seq] + (token - query_start_loc.long()[seq])
-    return seq.to(torch.int32), pos.to(torch.int32)
-
-
-def check_paged_inputs(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc) -> None:
-    """Shapes, dtypes and devices only: cheap, no host sync."""
-    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(f"paged_attention wants q [T, Hq, D] and caches [blocks, block_size, Hkv, D], "
-                         f"got {tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
-    T, Hq, D = q.shape
-    Hkv = k_cache.shape[2]
-    if k_cache.shape[3] != D or Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"need cache head_dim == {D} and Hq={Hq} a multiple of Hkv={Hkv}")
-    if q.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"q must be float32/float16/bfloat16, got {q.dtype}")
-    if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (q.dtype, torch.int8):
-        raise ValueError(f"caches must both be {q.dtype} or int8, got {k_cache.dtype}, {v_cache.dtype}")
-    B = seq_lens.shape[0] if seq_lens.dim() == 1 else -1
-    if block_tables.dim() != 2 or block_tables.shape[0] != B or query_start_loc.shape != (B + 1,):
-        raise ValueError(f"want block_tables [B, max_blocks], seq_lens [B], query_start_loc [B+1], got "
-                         f"{tuple(block_tables.shape)}, {tuple(seq_lens.shape)}, {tuple(query_start_loc.shape)}")
-    for name, t in (("block_tables", block_tables), ("seq_lens", seq_lens),
-                    ("query_start_loc", query_start_loc)):
-        if t.dtype != torch.int32:
-            raise ValueError(f"{name} must be int32, got {t.dtype}")
-    devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens, query_start_loc)}
-    if len(devices) != 1:
-        raise ValueError(f"paged_attention inputs span devices {devices}")
-
-
-def check_paged_metadata(q, k_cache, block_tables, seq_lens, query_start_loc) -> None:
-    """Value checks on the step metadata (syncs with the GPU; once per step)."""
-    qsl = query_start_loc.long().cpu()
-    q_lens = qsl[1:] - qsl[:-1]
-    lens = seq_lens.long().cpu()
-    num_blocks, block_size = k_cache.shape[:2]
-    if qsl[0] != 0 or qsl[-1] != q.shape[0] or bool((q_lens < 0).any()):
-        raise ValueError(f"query_start_loc must rise from 0 to T={q.shape[0]}, got {qsl.tolist()}")
-    if bool((q_lens > lens).any()):
-        raise ValueError("a sequence has more new queries than tokens in seq_lens")
-    if bool((lens > block_tables.shape[1] * block_size).any()):
-        raise ValueError("a sequence is longer than its block table can address")
-    used = torch.arange(block_tables.shape[1])[None, :] * block_size < lens[:, None]  # [B, max_blocks]
-    ids = block_tables.long().cpu()[used & (q_lens > 0)[:, None]]
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_blocks):
-        raise ValueError(f"block_tables points outside the cache's {num_blocks} blocks")

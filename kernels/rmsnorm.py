@@ -31,8 +31,9 @@ def rms_norm_kernel(x_ptr, weight_ptr, out_ptr, hidden, stride_x, stride_out, ep
     ok = cols < hidden
     x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
     variance = tl.sum(x * x, axis=0) / hidden
-    # 1/sqrt rather than rsqrt: both are correctly rounded on every path, while
-    # torch's rsqrt was measured to give different bits by position in a tensor.
+    # 1 / sqrt rather than rsqrt: a correctly rounded sqrt and division give the
+    # same bits on every code path, while torch's rsqrt was measured to give an
+    # element different bits depending on its position in the tensor.
     inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(variance + eps))
     normed = (x * inv_rms).to(out_ptr.dtype.element_ty).to(tl.float32)
     weight = tl.load(weight_ptr + cols, mask=ok, other=0.0).to(tl.float32)

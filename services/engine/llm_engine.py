@@ -172,6 +172,27 @@ class LLMEngine:
             self._aborted.append(self._output(self._states[req.request_id]))
             self._forget(req.request_id)
 
+    def snapshot(self) -> dict[str, float]:
+        """Counters and gauges for a metrics exporter, named as in vLLM."""
+        sched = self.scheduler.stats()
+        st = self.stats
+        return {
+            "num_requests_running": sched.num_running,
+            "num_requests_waiting": sched.num_waiting,
+            "kv_cache_usage_perc": sched.kv_cache_usage,
+            "num_preemptions_total": sched.num_preemptions_total,
+            "prefix_cache_queries_total": sched.prefix_cache_queries,
+            "prefix_cache_hits_total": sched.prefix_cache_hits,
+            "prompt_tokens_total": st.prompt_tokens_total,
+            "generation_tokens_total": st.generation_tokens_total,
+            "spec_decode_num_drafts_total": st.spec_decode_num_drafts_total,
+            "spec_decode_num_draft_tokens_total": st.spec_decode_num_draft_tokens_total,
+            "spec_decode_num_accepted_tokens_total": st.spec_decode_num_accepted_tokens_total,
+            "device_memory_used_bytes": self.memory.used_bytes,
+            "device_memory_capacity_bytes": self.memory.capacity_bytes,
+            "num_gpu_blocks": self.num_blocks,
+        }
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._aborted)
 
@@ -310,7 +331,7 @@ class LLMEngine:
                 continue
             text = self.tokenizer.decode(s.request.output_token_ids)
             for stop in st.params.stop:
-                if stop in text[max(0, st.sent_text_len - len(stop)):] or stop in text:
+                if stop in text:
                     st.stop_reason = stop
                     stopped += self.scheduler.finish_requests([s.request.request_id], RequestStatus.FINISHED_STOPPED)
                     break

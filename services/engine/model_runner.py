@@ -130,6 +130,8 @@ class ModelRunner:
             h = self.norm(x, layer.post_norm)
             gate, up = self.linear(h, layer.gate_up).chunk(2, dim=-1)
             x = self.numerics.act(x + self.linear(self.numerics.act(F.silu(gate) * up), layer.down))
+        if batch.logits_indices.numel() == 0:  # every sequence is mid-prefill
+            return torch.empty((0, self.cfg.vocab_size), device=x.device)
         x = self.norm(x[batch.logits_indices], self.weights.norm)
         return self.linear(x, self.weights.lm_head).float()
 

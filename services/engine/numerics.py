@@ -44,5 +44,6 @@ class Numerics:
 
     @property
     def kv_storage_dtype(self) -> torch.dtype:
-        # The KV cache really is stored in the reduced dtype, so its memory counts true.
-        return self.dtype
+        # Emulated on CPU: fp32 storage holding bf16-rounded values (memory is
+        # counted from the real tensors, so the CPU budget sees 4 bytes a value).
+        return self.tensor_dtype

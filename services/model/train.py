@@ -29,7 +29,11 @@ SIZES = {
     "draft": dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2),
 }
-DEFAULT_STEPS = {"target": 3000, "draft": 2000}
+# The settings the shipped weights were trained with (`make train` repeats them).
+DEFAULTS = {
+    "target": dict(steps=1800, seq_len=128, batch_size=24, lr=3e-3, eval_every=600, threads=2),
+    "draft": dict(steps=2000, seq_len=128, batch_size=24, lr=3e-3, eval_every=0, threads=1),
+}
 
 
 class PackedStream:
@@ -40,11 +44,11 @@ class PackedStream:
     Loss covers answers only; random task inputs are unpredictable by design.
     """
 
-    def __init__(self, tok: CharTokenizer, seq_len: int, seed: int):
+    def __init__(self, tok: CharTokenizer, seq_len: int, seed: int, mix: dict[str, float] | None = None):
         self.tok, self.seq_len = tok, seq_len
         self.rng = random.Random(seed)
         self.held_out = {e.prompt for t in TASKS for e in eval_set(t)}
-        self.tasks, self.weights = zip(*TRAIN_MIX.items())
+        self.tasks, self.weights = zip(*(mix or TRAIN_MIX).items())
 
     def _example(self) -> tuple[list[int], list[int]]:
         while True:
@@ -97,7 +101,8 @@ def quick_eval(model: LlamaForCausalLM, tok: CharTokenizer, n: int) -> dict[str,
 
 
 def train(which: str, out: Path, steps: int, seed: int, batch_size: int, seq_len: int,
-          lr: float, eval_every: int, threads: int) -> dict:
+          lr: float, eval_every: int, threads: int, init: Path | None = None,
+          mix: dict[str, float] | None = None) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     tok = CharTokenizer(build_tokenizer())
@@ -107,9 +112,12 @@ def train(which: str, out: Path, steps: int, seed: int, batch_size: int, seq_len
         if p.dim() == 2:
             torch.nn.init.normal_(p, std=0.02 if "down_proj" not in name and "o_proj" not in name
                                   else 0.02 / math.sqrt(2 * cfg.num_hidden_layers))
+    if init is not None:  # a second stage continues from the first stage's weights
+        from safetensors.torch import load_file
+        model.load_state_dict(load_file(str(Path(init) / "model.safetensors")))
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    stream = PackedStream(tok, seq_len, seed)
+    stream = PackedStream(tok, seq_len, seed, mix)
     log = {"model": which, "params": n_params, "steps": steps, "seed": seed, "evals": []}
     t0 = time.time()
     for step in range(steps):
@@ -128,7 +136,7 @@ def train(which: str, out: Path, steps: int, seed: int, batch_size: int, seq_len
             print(json.dumps({"step": step, "loss": round(loss.item(), 4),
                               "elapsed_s": round(time.time() - t0, 1)}), flush=True)
         if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
-            scores = quick_eval(model, tok, 30)
+            scores = quick_eval(model, tok, 20)
             log["evals"].append({"step": step + 1, **scores})
             print(json.dumps({"step": step + 1, "eval": scores}), flush=True)
             save_pretrained(model, out)
@@ -145,18 +153,26 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=sorted(SIZES), required=True)
     p.add_argument("--out", type=Path, required=True, help="directory for config.json, model.safetensors, tokenizer")
-    p.add_argument("--steps", type=int, help="optimizer steps (default: per model)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--eval-every", type=int, default=500)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--init", type=Path, help="start from these weights instead of a seeded init")
+    p.add_argument("--mix", help="task shares, e.g. add=0.5,sort=0.3,copy=0.1,reverse=0.05,story=0.05")
+    for name in ("steps", "batch_size", "seq_len", "eval_every", "threads"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, help="default: the shipped model's setting")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: the shipped model's setting)")
     a = p.parse_args(argv)
-    steps = a.steps or DEFAULT_STEPS[a.model]
-    if steps < 1 or a.batch_size < 1 or a.seq_len < 8:
-        p.error("--steps, --batch-size must be positive and --seq-len at least 8")
-    log = train(a.model, a.out, steps, a.seed, a.batch_size, a.seq_len, a.lr, a.eval_every, a.threads)
+    mix = None
+    if a.mix:
+        try:
+            mix = {k: float(v) for k, v in (item.split("=") for item in a.mix.split(","))}
+        except ValueError:
+            p.error("--mix wants task=share pairs separated by commas")
+        if set(mix) - set(TASKS) or min(mix.values()) < 0 or sum(mix.values()) <= 0:
+            p.error(f"--mix: tasks must be among {', '.join(TASKS)} with non-negative shares")
+    s = {k: (getattr(a, k) if getattr(a, k) is not None else v) for k, v in DEFAULTS[a.model].items()}
+    if s["steps"] < 1 or s["batch_size"] < 1 or s["seq_len"] < 8 or s["threads"] < 1:
+        p.error("--steps, --batch-size and --threads must be positive and --seq-len at least 8")
+    log = train(a.model, a.out, s["steps"], a.seed, s["batch_size"], s["seq_len"], s["lr"],
+                s["eval_every"], s["threads"], a.init, mix)
     print(json.dumps({"final_eval": log["final_eval"], "train_seconds": log["train_seconds"]}))
     return 0
 

@@ -1,0 +1,1 @@
+"""The `sandbox` command: drills, replays and grading for LLM-serving incidents."""

@@ -1,0 +1,11 @@
+"""`sandbox` subcommands for the serving stack, registered on the one typer app in `sandbox.cli`."""
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    from sandbox.commands import deploy, query, stack, traffic
+
+    for module in (stack, traffic, query, deploy):
+        module.register(app)

@@ -1,0 +1,93 @@
+"""The Prometheus server a run starts (a real one), and a small client for its HTTP API."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus could not be started, or rejected a query."""
+
+
+def find_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise PrometheusError(f"Prometheus server binary {name!r} not found: run scripts/setup.sh "
+                              "(installs Debian's prometheus package) or set PROMETHEUS_BIN")
+    return path
+
+
+def start_server(binary: str, config_file: Path, data_dir: Path, listen: str, log_file: Path) -> subprocess.Popen:
+    """Start Prometheus in its own session, so the caller's Ctrl-C does not kill it mid-teardown."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [binary, f"--config.file={config_file}", f"--storage.tsdb.path={data_dir}",
+           f"--web.listen-address={listen}", "--web.enable-lifecycle", "--web.enable-admin-api",
+           "--storage.tsdb.retention.time=7d", "--log.level=warn"]
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+class PrometheusClient:
+    def __init__(self, url: str, timeout_s: float = 10.0):
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get(f"{self.url}/-/ready").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if time.monotonic() > deadline:
+                raise PrometheusError(f"Prometheus at {self.url} not ready after {timeout_s:.0f}s")
+            time.sleep(0.1)
+
+    def _get(self, path: str, params: dict) -> dict:
+        try:
+            resp = self._http.get(f"{self.url}{path}", params=params)
+        except httpx.HTTPError as e:
+            raise PrometheusError(f"Prometheus at {self.url} unreachable: {e}") from None
+        body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
+        if resp.status_code != 200 or body.get("status") != "success":
+            raise PrometheusError(f"{body.get('errorType', resp.status_code)}: {body.get('error', resp.text)}")
+        return body["data"]
+
+    def query(self, promql: str, at: float | None = None) -> list[dict]:
+        """Instant query: [{"metric": {labels}, "value": [ts, "v"]}] (or a scalar/string result as one row)."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = at
+        data = self._get("/api/v1/query", params)
+        if data["resultType"] in ("scalar", "string"):
+            return [{"metric": {}, "value": data["result"]}]
+        return data["result"]
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict]:
+        return self._get("/api/v1/query_range", {"query": promql, "start": start, "end": end,
+                                                 "step": step_s})["result"]
+
+    def value(self, promql: str) -> float | None:
+        """The single value of an instant query that returns one series (None if it returns none)."""
+        rows = self.query(promql)
+        if not rows:
+            return None
+        if len(rows) > 1:
+            raise PrometheusError(f"{promql!r} returned {len(rows)} series, expected one")
+        return float(rows[0]["value"][1])
+
+    def targets(self) -> list[dict]:
+        return self._get("/api/v1/targets", {"state": "active"})["activeTargets"]
+
+    def reload(self) -> None:
+        self._http.post(f"{self.url}/-/reload").raise_for_status()

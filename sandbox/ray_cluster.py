@@ -1,0 +1,118 @@
+"""Start, find and stop the local Ray head (`ray start` / `ray stop`), or describe a joined cluster."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sandbox.settings import REPO_ROOT, SandboxConfig
+
+RAY_TEMP_DIR = Path("/tmp/ray")  # Ray's default; `ray stop` and address="auto" look here
+SD_FILE_NAME = "prom_metrics_service_discovery.json"
+
+
+class RayError(RuntimeError):
+    """Ray could not be started or reached."""
+
+
+def _ray_cli() -> str:
+    exe = Path(sys.executable).with_name("ray")
+    return str(exe) if exe.exists() else "ray"
+
+
+def head_running() -> bool:
+    """True when a local Ray cluster answers (whoever started it)."""
+    addr_file = RAY_TEMP_DIR / "ray_current_cluster"
+    if not addr_file.is_file():
+        return False
+    host, _, port = addr_file.read_text().strip().rpartition(":")
+    import socket
+
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> str:
+    """`ray start --head` on loopback with the sandbox's ports; returns the GCS address.
+
+    `--num-cpus` is Ray's logical count (what replicas reserve), not the machine's cores.
+    """
+    system_config = {"metrics_report_interval_ms": cfg.metrics_report_interval_ms}
+    cmd = [_ray_cli(), "start", "--head", f"--node-ip-address={cfg.host}", f"--port={cfg.ray_port}",
+           f"--num-cpus={max(cfg.ray_num_cpus, min_cpus)}", "--num-gpus=0" if not _cuda() else "--num-gpus=1",
+           "--include-dashboard=true", f"--dashboard-host={cfg.host}", f"--dashboard-port={cfg.dashboard_port}",
+           f"--metrics-export-port={cfg.metrics_export_port}", "--include-log-monitor=false",
+           "--disable-usage-stats", f"--system-config={json.dumps(system_config)}"]
+    # Replicas import `services` from this checkout even where the project is not pip-installed.
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", PYTHONPATH=pythonpath)
+    with open(log_file, "ab") as log:
+        result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise RayError(f"`ray start --head` failed (exit {result.returncode}); see {log_file}")
+    return f"{cfg.host}:{cfg.ray_port}"
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no torch, no CUDA
+        return False
+
+
+def stop_local(log_file: Path | None = None, grace_s: int = 10) -> None:
+    """`ray stop`: Ray's own teardown of every Ray process of the local cluster."""
+    out = open(log_file, "ab") if log_file else subprocess.DEVNULL
+    try:
+        subprocess.run([_ray_cli(), "stop", f"--grace-period={grace_s}"], stdout=out, stderr=subprocess.STDOUT,
+                       stdin=subprocess.DEVNULL, timeout=grace_s + 60)
+    finally:
+        if log_file:
+            out.close()
+
+
+def session_dir() -> Path:
+    latest = RAY_TEMP_DIR / "session_latest"
+    if not latest.exists():
+        raise RayError(f"no Ray session under {RAY_TEMP_DIR}")
+    return latest.resolve()
+
+
+def wait_sd_file(timeout_s: float) -> Path:
+    """Ray's dashboard writes the Prometheus service-discovery file every few seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            path = session_dir() / SD_FILE_NAME
+            if path.is_file() and json.loads(path.read_text() or "[]"):
+                return path
+        except (RayError, json.JSONDecodeError):
+            pass
+        if time.monotonic() > deadline:
+            raise RayError(f"Ray wrote no {SD_FILE_NAME} within {timeout_s:.0f}s")
+        time.sleep(0.2)
+
+
+def describe_cluster(address: str) -> dict:
+    """Join `address` as a short-lived driver: dashboard URL and each node's metrics address."""
+    import ray
+
+    ctx = ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        nodes = [f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes() if n["Alive"]]
+        dashboard = ctx.dashboard_url or ""
+    finally:
+        ray.shutdown()
+    if not dashboard:
+        raise RayError(f"the Ray cluster at {address} runs no dashboard; the sandbox deploys through it")
+    if not dashboard.startswith("http"):
+        dashboard = f"http://{dashboard}"
+    return {"dashboard_url": dashboard, "metrics_addresses": nodes}

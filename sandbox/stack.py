@@ -1,0 +1,186 @@
+"""Bring the whole serving stack up and down: Ray, the Serve app, Prometheus.
+
+`up` records each started piece in the state file as soon as it exists, and
+tears everything down again if any later step fails or is interrupted, so a
+failed `up` leaves nothing behind; `down` stops whatever the state file names.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from sandbox import prometheus, ray_cluster
+from sandbox.deploy_config import SERVER, DeployConfig
+from sandbox.progress import Steps
+from sandbox.prometheus_config import render, write_ray_sd_file
+from sandbox.serve_control import ServeControl, running_replicas
+from sandbox.settings import SandboxConfig
+from sandbox.state import NoStackError, StackState, pid_alive, stop_pid
+
+
+class StackRunningError(RuntimeError):
+    """A sandbox (or a foreign local Ray cluster) is already running."""
+
+
+class Stack:
+    def __init__(self, cfg: SandboxConfig, steps: Steps | None = None):
+        self.cfg = cfg
+        self.steps = steps or Steps()
+
+    # -- up -----------------------------------------------------------------
+    def up(self, replicas: int | None = None, address: str | None = None) -> StackState:
+        self._refuse_if_running(address)
+        run_id = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = self.cfg.home / run_id
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        state = StackState(run_id=run_id, run_dir=str(run_dir))
+        state.targets_dir.mkdir(exist_ok=True)
+        state.save(self.cfg.state_file)
+        try:
+            self._up(state, replicas, address)
+        except BaseException:
+            self.down()
+            raise
+        return state
+
+    def _refuse_if_running(self, address: str | None) -> None:
+        path = self.cfg.state_file
+        if path.is_file():
+            old = StackState.load(path)
+            if pid_alive(old.prometheus_pid) or (old.ray_started and ray_cluster.head_running()):
+                raise StackRunningError(f"a sandbox is already up (run {old.run_id}); `sandbox down` first")
+            path.unlink()  # stale: everything it named is gone
+        if address is None and ray_cluster.head_running():
+            raise StackRunningError("a local Ray cluster is already running and the sandbox did not start it: "
+                                    "stop it (`ray stop`) or join it with `sandbox up --address ADDR`")
+
+    def _up(self, state: StackState, replicas: int | None, address: str | None) -> None:
+        cfg, run_dir = self.cfg, Path(state.run_dir)
+        logs = run_dir / "logs"
+        deploy = DeployConfig.load(cfg.serve_config).for_run(cfg.host, cfg.api_port, replicas)
+        if address is None:
+            deploy.check_engine()
+            with self.steps.step("starting Ray (local head)"):
+                state.ray_started = True
+                state.save(cfg.state_file)
+                # Room for every replica plus one more during a rolling update.
+                state.ray_address = ray_cluster.start_head(cfg, logs / "ray.log", min_cpus=deploy.replicas + 1)
+                state.ray_session_dir = str(ray_cluster.session_dir())
+                state.dashboard_url = cfg.url(cfg.dashboard_port)
+                state.save(cfg.state_file)
+        else:
+            with self.steps.step(f"joining the Ray cluster at {address}"):
+                info = ray_cluster.describe_cluster(address)
+                state.ray_address, state.dashboard_url = address, info["dashboard_url"]
+                write_ray_sd_file(run_dir / ray_cluster.SD_FILE_NAME, info["metrics_addresses"])
+                state.save(cfg.state_file)
+        ctl = ServeControl(state.dashboard_url)
+        try:
+            with self.steps.step("submitting the Serve application"):
+                ctl.wait_dashboard(cfg.up_timeout_s)
+                config_path = run_dir / "serve_config.yaml"
+                deploy.save(config_path)
+                ctl.deploy(deploy.data)
+                state.app_name, state.deployed_config = deploy.app_name, str(config_path)
+                state.version, state.replicas = deploy.version, deploy.replicas
+                state.model_name = deploy.model_name
+                state.api_url = cfg.url(cfg.api_port)
+                state.save(cfg.state_file)
+            with self.steps.step("starting Prometheus"):
+                self._start_prometheus(state, address)
+            with self.steps.step(f"waiting for {deploy.replicas} LLMServer replica(s) to load the model"):
+                ctl.wait_running(deploy.app_name, cfg.up_timeout_s,
+                                 settled=lambda d: len(running_replicas(d, SERVER)) == deploy.replicas)
+        finally:
+            ctl.close()
+        with self.steps.step("waiting until Prometheus has scraped every target and replica"):
+            wait_scraped(state, deploy.replicas, deploy.version, cfg.up_timeout_s)
+
+    def _start_prometheus(self, state: StackState, address: str | None) -> None:
+        cfg, run_dir = self.cfg, Path(state.run_dir)
+        if address is None:
+            sd_file = ray_cluster.wait_sd_file(cfg.up_timeout_s)
+        else:
+            sd_file = run_dir / ray_cluster.SD_FILE_NAME
+        listen = f"{cfg.host}:{cfg.prometheus_port}"
+        config_file = run_dir / "prometheus.yml"
+        config_file.write_text(render(scrape_interval_s=cfg.scrape_interval_s, prometheus_address=listen,
+                                      ray_sd_file=sd_file, targets_dir=state.targets_dir))
+        proc = prometheus.start_server(prometheus.find_binary(cfg.prometheus_bin), config_file,
+                                       run_dir / "prometheus-data", listen, run_dir / "logs" / "prometheus.log")
+        state.prometheus_pid, state.prometheus_url = proc.pid, cfg.url(cfg.prometheus_port)
+        state.save(cfg.state_file)
+        client = prometheus.PrometheusClient(state.prometheus_url)
+        try:
+            deadline = time.monotonic() + 30
+            while not client.ready():
+                if proc.poll() is not None:
+                    raise prometheus.PrometheusError(
+                        f"Prometheus exited with {proc.returncode}; see {run_dir / 'logs' / 'prometheus.log'}")
+                if time.monotonic() > deadline:
+                    raise prometheus.PrometheusError("Prometheus not ready after 30s")
+                time.sleep(0.1)
+        finally:
+            client.close()
+
+    # -- down ---------------------------------------------------------------
+    def down(self) -> dict:
+        """Stop everything the state file names; idempotent. Returns what was stopped."""
+        try:
+            state = StackState.load(self.cfg.state_file)
+        except NoStackError:
+            return {"stopped": [], "note": "no sandbox was running"}
+        stopped = []
+        logs = Path(state.run_dir) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with self.steps.step("stopping traffic generators"):
+            for target in sorted(state.targets_dir.glob("*.json")) if state.targets_dir.is_dir() else []:
+                pid = _target_pid(target)
+                if pid and pid != os.getpid() and stop_pid(pid):
+                    stopped.append(f"traffic generator (pid {pid})")
+                target.unlink(missing_ok=True)
+        if state.ray_started:
+            with self.steps.step("stopping Ray (ray stop)"):
+                ray_cluster.stop_local(logs / "ray.log")
+                stopped.append("ray")
+        elif state.dashboard_url:
+            with self.steps.step("deleting the Serve application from the joined cluster"):
+                ctl = ServeControl(state.dashboard_url)
+                try:
+                    ctl.delete_all()
+                finally:
+                    ctl.close()
+                stopped.append("serve application")
+        if state.prometheus_pid:
+            with self.steps.step("stopping Prometheus"):
+                if stop_pid(state.prometheus_pid):
+                    stopped.append(f"prometheus (pid {state.prometheus_pid})")
+        self.cfg.state_file.unlink(missing_ok=True)
+        return {"stopped": stopped, "run_dir": state.run_dir}
+
+
+def _target_pid(path: Path) -> int | None:
+    """traffic-<pid>.json: the generator that announced this target."""
+    _, _, pid = path.stem.rpartition("-")
+    return int(pid) if pid.isdigit() else None
+
+
+def wait_scraped(state: StackState, replicas: int, version: str, timeout_s: float) -> None:
+    """Every active target up and scraped, and every replica's engine metrics (of `version`) stored."""
+    client = prometheus.PrometheusClient(state.prometheus_url)
+    query = f'count(vllm:cache_config_info{{version="{version}"}} == 1)'
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            targets = client.targets()
+            jobs = {t["labels"].get("job") for t in targets}
+            all_up = targets and all(t["health"] == "up" for t in targets) and {"ray", "prometheus"} <= jobs
+            if all_up and (client.value(query) or 0) >= replicas:
+                return
+            if time.monotonic() > deadline:
+                down = [t["scrapeUrl"] for t in targets if t["health"] != "up"]
+                raise prometheus.PrometheusError(f"not every target scraped after {timeout_s:.0f}s (down: {down})")
+            time.sleep(0.25)
+    finally:
+        client.close()

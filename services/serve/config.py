@@ -1,0 +1,112 @@
+"""What a deployment is told: the application's arguments and the replicas' runtime knobs.
+
+`ServeAppConfig` is the application's `args` in `services/serve_config.yaml`:
+changing it changes Ray Serve's code version, so every replica is replaced in
+a rolling update and the new `version` label shows in every engine metric.
+`ReplicaKnobs` is the LLMServer's `user_config`: changing it calls
+`reconfigure()` on the running replicas, with no restart.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _engine_fields() -> set[str]:
+    from services.engine.config import EngineConfig  # torch-free module
+
+    return {f.name for f in fields(EngineConfig)}
+
+
+def _check_name(name: str, value) -> None:
+    if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+        raise ValueError(f"{name} must be a non-empty name of letters, digits, '.', '_' or '-', got {value!r}")
+
+
+def _positive_number(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+@dataclass
+class ServeAppConfig:
+    model_name: str = "sandbox-llama"
+    version: str = "v1"
+    # EngineConfig fields; `model` left out means the shipped target weights.
+    engine: dict = field(default_factory=dict)
+    # max_tokens for a chat completion that names none (completions default to 16, as OpenAI's).
+    default_max_tokens: int = 64
+    # The engine loop counts as wedged when it has work but has not stepped for this long.
+    wedge_timeout_s: float = 30.0
+
+    def __post_init__(self):
+        _check_name("model_name", self.model_name)
+        _check_name("version", self.version)
+        if not isinstance(self.engine, dict):
+            raise ValueError(f"engine must be a mapping of EngineConfig fields, got {self.engine!r}")
+        unknown = sorted(set(self.engine) - _engine_fields())
+        if unknown:
+            raise ValueError(f"engine: unknown EngineConfig field(s) {', '.join(unknown)}")
+        if isinstance(self.default_max_tokens, bool) or not isinstance(self.default_max_tokens, int) \
+                or self.default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be a positive integer, got {self.default_max_tokens!r}")
+        _positive_number("wedge_timeout_s", self.wedge_timeout_s)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ServeAppConfig":
+        data = dict(data or {})
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown application argument(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def engine_config(self):
+        """The replica's EngineConfig (validated there, where the weights are)."""
+        from services.engine.config import EngineConfig
+        from services.model.paths import target_path
+
+        kwargs = {"torch_threads": 1, **self.engine}
+        kwargs["model"] = str(kwargs.get("model") or target_path())
+        return EngineConfig(**kwargs)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ReplicaKnobs:
+    """Runtime knobs; None keeps what the deployed engine config says."""
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool | None = None
+    # Off only to measure what exporting metrics costs (bench/serving.py).
+    export_metrics: bool = True
+
+    def __post_init__(self):
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}")
+        if not isinstance(self.export_metrics, bool):
+            raise ValueError(f"export_metrics must be true or false, got {self.export_metrics!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ReplicaKnobs":
+        data = dict(data or {})
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"user_config: unknown knob(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_config_path() -> Path:
+    """`services/serve_config.yaml`: the single source of deployment settings."""
+    return Path(__file__).resolve().parents[1] / "serve_config.yaml"

@@ -1,0 +1,283 @@
+"""One engine, stepped by one thread; asyncio request handlers join its running batch.
+
+    handler ──add/abort/call──▶ command queue ──▶ engine thread: drain, step(), deliver
+    handler ◀── RequestStream (asyncio.Queue) ◀── call_soon_threadsafe(batch of outputs)
+
+The engine is single-threaded, so every engine call (add, abort, step, knob
+changes, stats) runs on the engine thread; handlers only post commands. A
+request that arrives while a step runs is added before the next one: that is
+continuous batching across HTTP requests. Any exception from `step()` is
+fatal (the engine's state is no longer trusted): every open stream gets
+`EngineDeadError` and `check_health` fails, so Ray Serve replaces the replica.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import queue
+import threading
+import time
+from collections import defaultdict
+
+from services.engine.outputs import RequestOutput
+from services.serve.metrics import EngineSnapshot
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop crashed or was stopped; requests cannot be served."""
+
+
+class EngineWedgedError(RuntimeError):
+    """One engine step has run for longer than the wedge timeout."""
+
+
+_ACCEPTED, _OUTPUT, _ERROR = "accepted", "output", "error"
+
+
+class RequestStream:
+    """The outputs of one request, as an async iterator; consecutive deltas are merged."""
+
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop):
+        self.request_id = request_id
+        self.loop = loop
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self.finished = False
+
+    def put(self, kind: str, value) -> None:  # on the event loop
+        self._queue.put_nowait((kind, value))
+
+    async def accepted(self) -> int:
+        """Wait until the engine took the request; its prompt token count. Raises what add_request raised."""
+        kind, value = await self._queue.get()
+        if kind == _ERROR:
+            self.finished = True
+            raise value
+        assert kind == _ACCEPTED, kind
+        return value
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        merged = self._take(await self._queue.get())
+        while not self._queue.empty() and not merged.finished:
+            out = self._take(self._queue.get_nowait())
+            merged = dataclasses.replace(out, delta_text=merged.delta_text + out.delta_text,
+                                         delta_token_ids=merged.delta_token_ids + out.delta_token_ids)
+        self.finished = merged.finished
+        return merged
+
+    def _take(self, item) -> RequestOutput:
+        kind, value = item
+        if kind == _ERROR:
+            self.finished = True
+            raise value
+        return value
+
+
+class EngineLoop:
+    def __init__(self, engine, metrics=None, *, torch_threads: int | None = 1, publish_interval_s: float = 0.5,
+                 wedge_timeout_s: float = 30.0):
+        self.engine = engine
+        self.metrics = metrics  # a ServingMetrics, or None to record nothing
+        self.export_metrics = metrics is not None
+        self.publish_interval_s = publish_interval_s
+        self.wedge_timeout_s = wedge_timeout_s
+        self._torch_threads = torch_threads
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._streams: dict[str, RequestStream] = {}  # engine thread only
+        self._first_token_seen: set[str] = set()
+        self._last_token_time: dict[str, float] = {}
+        self._step_started: float | None = None
+        self._fatal: BaseException | None = None
+        self._stopping = False
+        self.last_snapshot = EngineSnapshot()
+        self._last_publish = 0.0
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    def start(self) -> "EngineLoop":
+        self._thread.start()
+        return self
+
+    # -- called from the event loop (any thread) -------------------------------
+    def add_request(self, request_id: str, prompt, params) -> RequestStream:
+        stream = RequestStream(request_id, asyncio.get_running_loop())
+        self._raise_if_dead()
+        self._commands.put(("add", stream, prompt, params, time.monotonic()))
+        if self._fatal is not None or not self._thread.is_alive():  # died while we posted
+            stream.put(_ERROR, EngineDeadError("engine loop is not running"))
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    def call(self, fn, timeout_s: float = 30.0):
+        """Run fn(engine) on the engine thread between two steps; return its result."""
+        self._raise_if_dead()
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("call", fn, future))
+        return future.result(timeout=timeout_s)
+
+    def check_health(self) -> None:
+        self._raise_if_dead()
+        started = self._step_started
+        if started is not None and time.monotonic() - started > self.wedge_timeout_s:
+            raise EngineWedgedError(f"engine step running for {time.monotonic() - started:.1f}s "
+                                    f"(wedge timeout {self.wedge_timeout_s}s)")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping = True
+        self._commands.put(("stop",))
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _raise_if_dead(self) -> None:
+        if self._fatal is not None:
+            raise EngineDeadError(f"engine loop crashed: {self._fatal!r}")
+        if self._stopping or not self._thread.is_alive():
+            raise EngineDeadError("engine loop is not running")
+
+    # -- the engine thread --------------------------------------------------
+    def _run(self) -> None:
+        if self._torch_threads:
+            import torch  # OpenMP thread counts are per thread: set them on the thread that steps
+
+            torch.set_num_threads(self._torch_threads)
+        try:
+            while not self._stopping:
+                self._handle_commands(block=not self.engine.has_unfinished_requests())
+                if self._stopping:
+                    break
+                if self.engine.has_unfinished_requests():
+                    self._step_started = time.monotonic()
+                    outputs = self.engine.step()
+                    self._step_started = None
+                    self._deliver_outputs(outputs)
+                if time.monotonic() - self._last_publish >= self.publish_interval_s:
+                    self._publish()
+        except BaseException as e:  # noqa: BLE001 - any failure kills the loop, and is reported
+            self._fatal = e
+            self._fail_all(EngineDeadError(f"engine failed: {type(e).__name__}: {e}"))
+            return
+        self._fail_all(EngineDeadError("engine loop stopped"))
+
+    def _handle_commands(self, block: bool) -> None:
+        try:
+            cmd = self._commands.get(timeout=self.publish_interval_s) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        while True:
+            self._handle(cmd, pending)
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                break
+        self._send(pending)
+
+    def _handle(self, cmd: tuple, pending) -> None:
+        kind = cmd[0]
+        if kind == "add":
+            _, stream, prompt, params, arrival = cmd
+            try:
+                self.engine.add_request(stream.request_id, prompt, params, arrival_time=arrival)
+            except Exception as e:  # noqa: BLE001 - a bad request fails alone
+                pending[stream.loop].append((stream, _ERROR, e))
+                return
+            self._streams[stream.request_id] = stream
+            n_prompt = len(self.engine.scheduler.requests[stream.request_id].prompt_token_ids)
+            pending[stream.loop].append((stream, _ACCEPTED, n_prompt))
+        elif kind == "abort":
+            if cmd[1] in self._streams:
+                self.engine.abort_request(cmd[1])
+        elif kind == "call":
+            _, fn, future = cmd
+            try:
+                future.set_result(fn(self.engine))
+            except Exception as e:  # noqa: BLE001 - handed back to the caller
+                future.set_exception(e)
+        elif kind == "stop":
+            self._stopping = True
+
+    def _deliver_outputs(self, outputs: list[RequestOutput]) -> None:
+        pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        intervals = []
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is None:
+                continue
+            m = out.metrics
+            if out.delta_token_ids and m.last_token_time is not None:
+                if out.request_id not in self._first_token_seen:
+                    self._first_token_seen.add(out.request_id)
+                    if self.export_metrics and m.first_token_time is not None:
+                        self.metrics.observe_first_token(m.first_token_time - m.arrival_time)
+                elif out.request_id in self._last_token_time:
+                    intervals.append(m.last_token_time - self._last_token_time[out.request_id])
+                self._last_token_time[out.request_id] = m.last_token_time
+            if out.finished:
+                self._finish(out)
+            pending[stream.loop].append((stream, _OUTPUT, out))
+        if self.export_metrics and intervals:
+            self.metrics.observe_token_intervals(intervals)
+        self._send(pending)
+
+    def _finish(self, out: RequestOutput) -> None:
+        rid = out.request_id
+        self._streams.pop(rid, None)
+        self._first_token_seen.discard(rid)
+        self._last_token_time.pop(rid, None)
+        if self.export_metrics:
+            completion = out.outputs[0]
+            self.metrics.observe_request(out.metrics, len(out.prompt_token_ids), len(completion.token_ids),
+                                         completion.finish_reason or "abort")
+
+    @staticmethod
+    def _send(pending) -> None:
+        for loop, items in pending.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:
+                pass  # that event loop is closed: its requests are gone
+
+    def _publish(self) -> None:
+        engine = self.engine
+        st, ss = engine.stats, engine.scheduler.stats()
+        snap = EngineSnapshot(
+            prompt_tokens=st.prompt_tokens_total, generation_tokens=st.generation_tokens_total,
+            num_preemptions=ss.num_preemptions_total, prefix_cache_queries=ss.prefix_cache_queries,
+            prefix_cache_hits=ss.prefix_cache_hits, spec_drafts=st.spec_decode_num_drafts_total,
+            spec_draft_tokens=st.spec_decode_num_draft_tokens_total,
+            spec_accepted_tokens=st.spec_decode_num_accepted_tokens_total, cpu_seconds=time.process_time(),
+            num_running=ss.num_running, num_waiting=ss.num_waiting, kv_cache_usage=ss.kv_cache_usage,
+            memory_used_bytes=engine.memory.used_bytes, memory_capacity_bytes=engine.memory.capacity_bytes,
+            iteration_tokens=list(st.iteration_tokens))
+        st.iteration_tokens.clear()  # drained whether or not metrics are exported
+        if self.export_metrics:
+            self.metrics.publish(snap)
+        self.last_snapshot = snap
+        self._last_publish = time.monotonic()
+
+    def _fail_all(self, error: Exception) -> None:
+        pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        for stream in self._streams.values():
+            pending[stream.loop].append((stream, _ERROR, error))
+        self._streams.clear()
+        while True:  # requests still queued as commands
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if cmd[0] == "add":
+                pending[cmd[1].loop].append((cmd[1], _ERROR, error))
+            elif cmd[0] == "call":
+                cmd[2].set_exception(error)
+        self._send(pending)
+
+
+def _put_all(items) -> None:
+    for stream, kind, value in items:
+        stream.put(kind, value)

@@ -1,0 +1,116 @@
+"""The `LLMServer` deployment: one engine per replica, streamed to the ingress.
+
+`generate` is the replica's only request path. It speaks plain dicts so that
+nothing but data crosses Ray:
+
+    in:  {"request_id", "prompt", "sampling": SamplingParams kwargs}
+    out: {"prompt_tokens": n}                                   first, once accepted
+         {"text": delta, "completion_tokens": n, "finish_reason": None | "stop" | "length"} ...
+         {"error": {"status", "message", "code"}}               instead, and last
+
+When the caller goes away Serve cancels the generator; the `finally` aborts the
+engine request, which frees its KV blocks.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+
+from ray import serve
+
+from services.serve.config import ReplicaKnobs, ServeAppConfig
+from services.serve.engine_loop import EngineDeadError, EngineLoop
+
+
+def _error(status: int, message: str, code: str | None = None) -> dict:
+    return {"error": {"status": status, "message": message, "code": code}}
+
+
+@serve.deployment(
+    name="LLMServer",
+    ray_actor_options={"num_cpus": 1},
+    max_ongoing_requests=64,
+    health_check_period_s=2,
+    health_check_timeout_s=10,
+    graceful_shutdown_timeout_s=30,
+)
+class LLMServer:
+    def __init__(self, app_config: dict):
+        from services.engine import LLMEngine
+        from services.serve.metrics import ServingMetrics, config_info_labels
+
+        cfg = ServeAppConfig.from_dict(app_config)
+        self.app_config = cfg
+        self.replica = serve.get_replica_context().replica_id.unique_id
+        self.engine_config = cfg.engine_config()
+        engine = LLMEngine(self.engine_config)
+        self.metrics = ServingMetrics(cfg.model_name, self.replica, cfg.version)
+        self.knobs = ReplicaKnobs()
+        self.loop = EngineLoop(engine, self.metrics, torch_threads=self.engine_config.torch_threads,
+                               wedge_timeout_s=cfg.wedge_timeout_s).start()
+        self.loop.call(lambda e: self.metrics.set_config_info(config_info_labels(e)))
+
+    def reconfigure(self, user_config: dict) -> None:
+        """Apply runtime knobs (the deployment's user_config) in place: same process, same engine."""
+        from services.serve.knobs import apply_knobs
+        from services.serve.metrics import config_info_labels
+
+        knobs = ReplicaKnobs.from_dict(user_config)
+
+        def apply(engine):
+            apply_knobs(engine, knobs, self.engine_config)
+            self.metrics.set_config_info(config_info_labels(engine))
+
+        self.loop.call(apply)
+        self.loop.export_metrics = knobs.export_metrics
+        self.knobs = knobs
+
+    async def generate(self, request: dict):
+        from services.engine import SamplingParams
+
+        rid = request["request_id"]
+        try:
+            params = SamplingParams(**request["sampling"])
+        except (TypeError, ValueError) as e:
+            yield _error(400, str(e))
+            return
+        stream = None
+        try:
+            try:
+                stream = self.loop.add_request(rid, request["prompt"], params)
+                prompt_tokens = await stream.accepted()
+            except EngineDeadError as e:
+                yield _error(500, str(e), "engine_dead")
+                return
+            except ValueError as e:
+                code = "context_length_exceeded" if ("max_model_len" in str(e) or "KV blocks" in str(e)) else None
+                yield _error(400, str(e), code)
+                return
+            yield {"prompt_tokens": prompt_tokens}
+            async for out in stream:
+                completion = out.outputs[0]
+                yield {"text": out.delta_text, "completion_tokens": len(completion.token_ids),
+                       "finish_reason": completion.finish_reason if out.finished else None}
+        except EngineDeadError as e:
+            yield _error(500, str(e), "engine_dead")
+        finally:
+            if stream is not None and not stream.finished:
+                self.loop.abort(rid)
+
+    def check_health(self) -> None:
+        self.loop.check_health()
+
+    async def info(self) -> dict:
+        """Who this replica is and what its engine is doing (for `sandbox status` and tests)."""
+        snap = self.loop.last_snapshot
+        sched = await asyncio.to_thread(self.loop.call, lambda e: e.scheduler.config)
+        return {"pid": os.getpid(), "replica": self.replica, "version": self.app_config.version,
+                "model_name": self.app_config.model_name, "knobs": self.knobs.to_dict(),
+                "max_num_seqs": sched.max_num_seqs, "max_num_batched_tokens": sched.max_num_batched_tokens,
+                "num_running": snap.num_running, "num_waiting": snap.num_waiting,
+                "kv_cache_usage": snap.kv_cache_usage}
+
+    def __del__(self):
+        loop = getattr(self, "loop", None)
+        if loop is not None:
+            loop.stop()

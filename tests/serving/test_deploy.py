@@ -1,0 +1,42 @@
+"""A rolling deploy to a new version under traffic: no failed request, and the version label moves."""
+import asyncio
+import threading
+
+import pytest
+
+from sandbox.deployer import deploy_changes
+from sandbox.traffic.generator import run_traffic
+from sandbox.traffic.profiles import PROFILES
+from services.model.paths import target_path
+
+pytestmark = pytest.mark.stack
+
+
+def test_a_rolling_deploy_changes_the_version_label_without_failed_requests(stack):
+    old = stack.refresh().version
+    box = {}
+    # Speculative decoding with the target as its own draft: a real engine change, and the spec-decode
+    # counter families appear once it is deployed.
+    sets = [f"speculative_model={target_path()}", "num_speculative_tokens=2"]
+
+    def traffic():
+        box["stats"] = asyncio.run(run_traffic(stack.api_url, stack.model, PROFILES["short"], rate=2.0,
+                                               duration_s=box["duration"], seed=11))
+
+    box["duration"] = 60.0
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        report = deploy_changes(stack.cfg, stack.refresh(), sets, None, 240)
+    finally:
+        thread.join()
+    new = report["version"]
+    assert report["rolling"] and new != old
+    stats = box["stats"].summary()
+    assert stats["statuses"] == {"200": stats["sent"]}, [r.error for r in box["stats"].results if r.status != "200"]
+    rows = stack.prom.query("vllm:num_requests_running")
+    assert {r["metric"]["version"] for r in rows} == {new}  # stale series of the old version have ended
+    served_by = stack.prom.query("sum by (version) (increase(vllm:request_success_total[2m]))")
+    assert {r["metric"]["version"] for r in served_by if float(r["value"][1]) > 0} == {old, new}
+    stack.openai().completions.create(model=stack.model, prompt="copy: spec -> ", max_tokens=8, temperature=0)
+    stack.wait_for("sum(vllm:spec_decode_num_accepted_tokens_total)", lambda v: v > 0)
