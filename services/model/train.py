@@ -31,8 +31,8 @@ SIZES = {
 }
 # The settings the shipped weights were trained with (`make train` repeats them).
 DEFAULTS = {
-    "target": dict(steps=1800, seq_len=128, batch_size=24, lr=3e-3, eval_every=600, threads=2),
-    "draft": dict(steps=2000, seq_len=128, batch_size=24, lr=3e-3, eval_every=0, threads=1),
+    "target": dict(steps=2000, seq_len=128, batch_size=24, lr=3e-3, eval_every=600, threads=2),
+    "draft": dict(steps=2000, seq_len=128, batch_size=24, lr=3e-3, eval_every=0, threads=2),
 }
 
 

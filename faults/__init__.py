@@ -1,0 +1,1 @@
+"""Faults injected through real mechanisms (deploys, runtime switches, resource limits), each with a revert."""

@@ -1,0 +1,1 @@
+"""Incident scripts (YAML) and their typed schema: symptom, page, traffic, timeline, variants."""
