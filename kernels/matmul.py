@@ -7,6 +7,12 @@ float addition is not associative a row's bits then depend on how many other
 rows were in the batch. `choose_split_k` reproduces that on purpose; with
 `batch_invariant=True` it always answers 1 and results no longer depend on
 the batch.
+
+`partial_dtype` is the dtype the partials are summed in. Many split-K GEMMs
+accumulate straight into the output tensor (atomic adds in bf16/fp16); with
+`partial_dtype=torch.bfloat16` each partial and each running sum is rounded to
+bf16, in fixed chunk order, so a changed split count moves results by whole
+bf16 ulps rather than fp32 ulps. With split_k=1 the result is the same either way.
 """
 
 from __future__ import annotations
@@ -67,23 +73,31 @@ def matmul_partial_kernel(
 
 @lazy_jit
 def split_k_reduce_kernel(workspace_ptr, out_ptr, numel, SPLIT_K: tl.constexpr,
-                          BLOCK: tl.constexpr):
+                          BLOCK: tl.constexpr, ROUND_BF16: tl.constexpr):
     # Partials are added in chunk order 0, 1, ... so the result is
     # deterministic; atomics would add them in whatever order programs finish.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < numel
     partial_ptr = workspace_ptr + offs
     acc = tl.load(partial_ptr, mask=ok, other=0.0)
+    if ROUND_BF16:
+        acc = acc.to(tl.bfloat16).to(tl.float32)
     for _ in range(1, SPLIT_K):
         # Stepping the pointer (64-bit) avoids an int32 s * numel overflow.
         partial_ptr += numel
-        acc += tl.load(partial_ptr, mask=ok, other=0.0)
+        part = tl.load(partial_ptr, mask=ok, other=0.0)
+        if ROUND_BF16:
+            acc = (acc + part.to(tl.bfloat16).to(tl.float32)).to(tl.bfloat16).to(tl.float32)
+        else:
+            acc += part
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def matmul_triton(x: torch.Tensor, w: torch.Tensor, split_k: int = 1) -> torch.Tensor:
+def matmul_triton(x: torch.Tensor, w: torch.Tensor, split_k: int = 1,
+                  partial_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x: [M, K], w: [N, K] (nn.Linear layout) -> [M, N] in x's dtype."""
     check_matmul_inputs(x, w, split_k)
+    check_partial_dtype(partial_dtype)
     M, K = x.shape
     N = w.shape[0]
     k_per_split = k_chunk_size(K, split_k)
@@ -100,13 +114,17 @@ def matmul_triton(x: torch.Tensor, w: torch.Tensor, split_k: int = 1) -> torch.T
     )
     split_k_reduce_kernel[(triton_cdiv(M * N, REDUCE_BLOCK),)](
         workspace, out, M * N, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK,
+        ROUND_BF16=partial_dtype == torch.bfloat16,
     )
     return out
 
 
-def matmul_ref(x: torch.Tensor, w: torch.Tensor, split_k: int = 1) -> torch.Tensor:
-    """Torch twin of `matmul_triton`: same chunks, fp32 partials, same sum order."""
+def matmul_ref(x: torch.Tensor, w: torch.Tensor, split_k: int = 1,
+               partial_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Torch twin of `matmul_triton`: same chunks, same partial rounding, same sum order."""
     check_matmul_inputs(x, w, split_k)
+    check_partial_dtype(partial_dtype)
+    rnd = (lambda t: t.to(torch.bfloat16).float()) if partial_dtype == torch.bfloat16 else (lambda t: t)
     M, K = x.shape
     # x32: [P, K] with P >= M, see pad_rows
     x32 = pad_rows(x.float())
@@ -115,17 +133,22 @@ def matmul_ref(x: torch.Tensor, w: torch.Tensor, split_k: int = 1) -> torch.Tens
     acc = None
     for s in range(split_k):
         lo, hi = s * chunk, min((s + 1) * chunk, K)
-        partial = x32[:, lo:hi] @ w32[:, lo:hi].T  # [P, N]; an empty chunk gives zeros
-        acc = partial if acc is None else acc + partial
+        partial = rnd(x32[:, lo:hi] @ w32[:, lo:hi].T)  # [P, N]; an empty chunk gives zeros
+        acc = partial if acc is None else rnd(acc + partial)
     return acc[:M].to(x.dtype)
 
 
+def check_partial_dtype(partial_dtype: torch.dtype) -> None:
+    if partial_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"partial_dtype must be float32 or bfloat16, got {partial_dtype}")
+
+
 def matmul(x: torch.Tensor, w: torch.Tensor, split_k: int = 1,
-           backend: str | None = None) -> torch.Tensor:
+           backend: str | None = None, partial_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x: [M, K] @ w: [N, K].T -> [M, N], by `matmul_ref` or `matmul_triton`."""
     if resolve_backend(backend) == "triton":
-        return matmul_triton(x, w, split_k)
-    return matmul_ref(x, w, split_k)
+        return matmul_triton(x, w, split_k, partial_dtype)
+    return matmul_ref(x, w, split_k, partial_dtype)
 
 
 def choose_split_k(num_rows: int, k: int, batch_invariant: bool) -> int:

@@ -22,7 +22,7 @@ from services.engine.block_pool import BlockPool
 from services.engine.config import EngineConfig
 from services.engine.kv_cache_manager import KVCacheManager
 from services.engine.memory import DeviceMemory, DeviceOutOfMemoryError
-from services.engine.model_runner import ForwardBatch, ModelRunner
+from services.engine.model_runner import ForwardBatch, ModelRunner, SeqSlice
 from services.engine.numerics import Numerics
 from services.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from services.engine.rejection_sampler import verify
@@ -240,40 +240,16 @@ class LLMEngine:
 
     def _pack(self, plan: SchedulerOutput) -> tuple[ForwardBatch, list[tuple[int, int]]]:
         """Flatten the scheduled tokens; rows[i] = logits rows of scheduled request i."""
-        bs = self.config.block_size
         kv = self.scheduler.kv_cache_manager
-        ids, pos, slots, seq_lens, qsl, logit_idx, rows, tables = [], [], [], [], [0], [], [], []
+        seqs, rows, n_logits = [], [], 0
         for s in plan.scheduled:
             req, start, n = s.request, s.num_computed_tokens, s.num_new_tokens
-            known = req.all_token_ids
-            tokens = (known + list(s.spec_token_ids))[start:start + n]
-            table = kv.get_block_table(req.request_id)
-            tables.append(table)
-            for i, tok in enumerate(tokens):
-                p = start + i
-                ids.append(tok)
-                pos.append(p)
-                slots.append(table[p // bs] * bs + p % bs)
-            seq_lens.append(start + n)
-            qsl.append(qsl[-1] + n)
-            if s.samples:
-                first = len(logit_idx)
-                k = len(s.spec_token_ids)
-                logit_idx.extend(range(qsl[-1] - 1 - k, qsl[-1]))
-                rows.append((first, first + k + 1))
-            else:
-                rows.append((0, 0))
-        width = max(len(t) for t in tables)
-        block_tables = torch.zeros((len(tables), width), dtype=torch.int32)
-        for b, t in enumerate(tables):
-            block_tables[b, : len(t)] = torch.tensor(t, dtype=torch.int32)
-        dev = self.device
-        batch = ForwardBatch(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev),
-                             torch.tensor(slots, device=dev), block_tables.to(dev),
-                             torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-                             torch.tensor(qsl, dtype=torch.int32, device=dev),
-                             torch.tensor(logit_idx, dtype=torch.int64, device=dev))
-        return batch, rows
+            tokens = (req.all_token_ids + list(s.spec_token_ids))[start:start + n]
+            num_logits = len(s.spec_token_ids) + 1 if s.samples else 0
+            seqs.append(SeqSlice(tokens, start, kv.get_block_table(req.request_id), num_logits))
+            rows.append((n_logits, n_logits + num_logits))
+            n_logits += num_logits
+        return ForwardBatch.build(seqs, self.config.block_size, self.device), rows
 
     def _sample(self, plan: SchedulerOutput, logits: torch.Tensor, rows) -> tuple[dict, dict]:
         logits = logits.cpu()

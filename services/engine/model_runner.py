@@ -41,6 +41,37 @@ class ForwardBatch:
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
 
+    @classmethod
+    def build(cls, seqs: list["SeqSlice"], block_size: int, device: torch.device) -> "ForwardBatch":
+        """Flatten per-sequence token slices into one batch; logits for each
+        slice's last `num_logits` tokens, in order."""
+        ids, pos, slots, seq_lens, qsl, logit_idx = [], [], [], [], [0], []
+        width = max(len(s.block_table) for s in seqs)
+        tables = torch.zeros((len(seqs), width), dtype=torch.int32)
+        for b, s in enumerate(seqs):
+            tables[b, : len(s.block_table)] = torch.tensor(s.block_table, dtype=torch.int32)
+            positions = range(s.start, s.start + len(s.token_ids))
+            ids += s.token_ids
+            pos += positions
+            slots += [s.block_table[p // block_size] * block_size + p % block_size for p in positions]
+            seq_lens.append(s.start + len(s.token_ids))
+            qsl.append(qsl[-1] + len(s.token_ids))
+            logit_idx += range(qsl[-1] - s.num_logits, qsl[-1])
+        return cls(torch.tensor(ids, device=device), torch.tensor(pos, device=device),
+                   torch.tensor(slots, device=device), tables.to(device),
+                   torch.tensor(seq_lens, dtype=torch.int32, device=device),
+                   torch.tensor(qsl, dtype=torch.int32, device=device),
+                   torch.tensor(logit_idx, dtype=torch.int64, device=device))
+
+
+@dataclass
+class SeqSlice:
+    """One sequence's share of a step: tokens at positions start.. and its block table."""
+    token_ids: list[int]
+    start: int
+    block_table: list[int]
+    num_logits: int  # logits needed for the last num_logits tokens (0: mid-prefill)
+
 
 class ModelRunner:
     def __init__(self, weights: ModelWeights, num_blocks: int, block_size: int, numerics: Numerics,
@@ -73,15 +104,21 @@ class ModelRunner:
 
     def activation_bytes(self, num_tokens: int, num_logits: int, max_blocks: int) -> int:
         """Peak bytes of the intermediate tensors one step allocates, from their shapes."""
-        cfg, f = self.cfg, 4  # activations are fp32 tensors (or bf16 on a GPU)
+        from kernels.paged_attention import BLOCKS_PER_STEP, QUERIES_PER_CHUNK
+
+        cfg, f = self.cfg, 4  # activations are fp32 tensors on CPU
         if self.numerics.device.type == "cuda":
             f = torch.tensor([], dtype=self.numerics.tensor_dtype).element_size()
         qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
         per_token = 2 * cfg.hidden_size + qkv + self.num_heads * self.head_dim + 3 * cfg.intermediate_size
-        # The attention reference gathers one key/value block per query at a time.
-        attn = 2 * self.block_size * self.num_kv_heads * self.head_dim + 3 * self.num_heads * self.block_size
+        # The attention reference scores a chunk of queries against BLOCKS_PER_STEP
+        # gathered blocks at a time: K and V rows, scores and probabilities (fp32).
+        n = min(num_tokens, QUERIES_PER_CHUNK)
+        keys = BLOCKS_PER_STEP * self.block_size
+        attn = n * (2 * keys * self.num_kv_heads * self.head_dim + 3 * self.num_heads * keys) * 4
+        tables = num_tokens * (max_blocks + BLOCKS_PER_STEP) * 8
         logits = 3 * num_logits * cfg.vocab_size * 4
-        return num_tokens * (per_token * f + attn * 4) + logits + max_blocks * num_tokens * 4
+        return num_tokens * per_token * f + attn + tables + logits
 
     # -- the forward pass --------------------------------------------------
     def linear(self, x: torch.Tensor, w) -> torch.Tensor:
@@ -97,7 +134,8 @@ class ModelRunner:
             else:
                 return self.numerics.act(quant_matmul(x, w, backend=self.backend))
         split_k = self.split_k_override or choose_split_k(x.shape[0], x.shape[1], self.batch_invariant)
-        return self.numerics.act(matmul(x, w, split_k=split_k, backend=self.backend))
+        return self.numerics.act(matmul(x, w, split_k=split_k, backend=self.backend,
+                                        partial_dtype=self.numerics.split_k_partial_dtype))
 
     def norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return self.numerics.act(rms_norm(x, w, self.cfg.rms_norm_eps, backend=self.backend))

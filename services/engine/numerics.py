@@ -43,6 +43,11 @@ class Numerics:
         return self.act(w.to(self.device))
 
     @property
+    def split_k_partial_dtype(self) -> torch.dtype:
+        """Split-K partials accumulate in the output dtype (bf16 atomics on a GPU)."""
+        return torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
+
+    @property
     def kv_storage_dtype(self) -> torch.dtype:
         # Emulated on CPU: fp32 storage holding bf16-rounded values (memory is
         # counted from the real tensors, so the CPU budget sees 4 bytes a value).

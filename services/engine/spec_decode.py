@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.engine.model_runner import ForwardBatch, ModelRunner
+from services.engine.model_runner import ForwardBatch, ModelRunner, SeqSlice
 from services.engine.sampler import draw, processed_probs
 
 
@@ -55,26 +55,9 @@ class DraftProposer:
             self.num_computed[request_id] += min(num_accepted, self.k - 1)
 
     def _batch(self, rows: list[tuple[list[int], int, list[int]]]) -> ForwardBatch:
-        """rows: (token ids to feed, first position, block table) per sequence."""
-        bs = self.block_size
-        ids, pos, slots, seq_lens, qsl, last = [], [], [], [], [0], []
-        max_blocks = max(len(r[2]) for r in rows)
-        tables = torch.zeros((len(rows), max_blocks), dtype=torch.int32)
-        for b, (tokens, start, table) in enumerate(rows):
-            tables[b, : len(table)] = torch.tensor(table, dtype=torch.int32)
-            for i, tok in enumerate(tokens):
-                p = start + i
-                ids.append(tok)
-                pos.append(p)
-                slots.append(table[p // bs] * bs + p % bs)
-            seq_lens.append(start + len(tokens))
-            qsl.append(qsl[-1] + len(tokens))
-            last.append(qsl[-1] - 1)
-        dev = self.runner.numerics.device
-        return ForwardBatch(torch.tensor(ids, device=dev), torch.tensor(pos, device=dev),
-                            torch.tensor(slots, device=dev), tables.to(dev),
-                            torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-                            torch.tensor(qsl, dtype=torch.int32, device=dev), torch.tensor(last, device=dev))
+        """rows: (token ids to feed, first position, block table); logits of each last token."""
+        seqs = [SeqSlice(tokens, start, table, 1) for tokens, start, table in rows]
+        return ForwardBatch.build(seqs, self.block_size, self.runner.numerics.device)
 
     def run(self, work: list[DraftWork]) -> dict[str, Proposal]:
         if not work:

@@ -44,7 +44,7 @@ CASES = {
                     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32)),
     "split_k_reduce": ("kernels.matmul", "split_k_reduce_kernel",
                        dict(workspace_ptr=ptr("fp32"), out_ptr=ptr("bf16"), numel="i32"),
-                       dict(SPLIT_K=4, BLOCK=1024)),
+                       dict(SPLIT_K=4, BLOCK=1024, ROUND_BF16=True)),
     "rms_norm": ("kernels.rmsnorm", "rms_norm_kernel",
                  dict(x_ptr=ptr("bf16"), weight_ptr=ptr("bf16"), out_ptr=ptr("bf16"), hidden="i32",
                       stride_x="i32", stride_out="i32", eps="fp32"),

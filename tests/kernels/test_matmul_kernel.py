@@ -117,3 +117,23 @@ def test_triton_row_is_bit_identical_alone_and_in_a_batch_on_gpu():
     batch = matmul_triton(x, w, 1)
     for i in (0, 17, 63):
         assert torch.equal(matmul_triton(x[i:i + 1], w, 1)[0], batch[i])
+
+
+def test_bf16_partials_move_results_by_whole_bf16_ulps_when_the_split_changes():
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 256), torch.randn(256, 256)
+    one = matmul_ref(x, w, 1, partial_dtype=torch.bfloat16)
+    four = matmul_ref(x, w, 4, partial_dtype=torch.bfloat16)
+    differ = (one != four).float().mean().item()
+    assert differ > 0.2  # many outputs move ...
+    # ... by a few bf16 ulps of the partials (values here are ~13, ulp 0.0625)
+    assert (one - four).abs().max().item() <= 0.5
+
+
+def test_bf16_partial_rounding_matches_between_triton_and_reference():
+    torch.manual_seed(1)
+    x, w = torch.randn(5, 96), torch.randn(40, 96)
+    for split in (1, 3):
+        ref = matmul_ref(x, w, split, partial_dtype=torch.bfloat16)
+        tri = matmul_triton(x, w, split, partial_dtype=torch.bfloat16)
+        torch.testing.assert_close(tri, ref, rtol=1e-2, atol=1e-2)
