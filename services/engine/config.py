@@ -42,7 +42,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto: bfloat16 (emulated on CPU by rounding), as served in production
     quantization: str = "none"
     quantization_granularity: str = "per-channel"
-    quantization_group_size: int = 32
+    quantization_group_size: int = 16  # must divide hidden_size and intermediate_size (256, 688)
     kv_cache_dtype: str = "auto"
     kv_cache_scale: float | None = None  # int8 KV: value = q * scale; None = calibrate at load
     device: str = "auto"

@@ -62,6 +62,9 @@ def load_model_weights(path: str | Path, numerics: Numerics, quantization: str =
         if quantization == "none":
             return numerics.weight(t)
         bits = 8 if quantization == "int8" else 4
+        if granularity == "per-group" and t.shape[1] % group_size:
+            raise ValueError(f"quantization_group_size={group_size} must divide every input width "
+                             f"of the model (hidden {cfg.hidden_size}, intermediate {cfg.intermediate_size})")
         return quantize_weight(t.to(numerics.device), bits, granularity, group_size)
 
     layers = []
