@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from kernels.kv_cache_write import write_kv
 from kernels.matmul import choose_split_k, matmul
+from kernels.dense_attention import paged_attention_dense
 from kernels.paged_attention import paged_attention
 from kernels.quant_matmul import quant_matmul
 from kernels.rmsnorm import rms_norm
@@ -137,6 +138,13 @@ class ModelRunner:
         return self.numerics.act(matmul(x, w, split_k=split_k, backend=self.backend,
                                         partial_dtype=self.numerics.split_k_partial_dtype))
 
+    def attention(self, *args, **kwargs) -> torch.Tensor:
+        # On the torch backend, batch-variant serving takes the fused SDPA path;
+        # batch-invariant mode pays for the blockwise online-softmax reference.
+        if self.backend == "torch" and not self.batch_invariant:
+            return paged_attention_dense(*args, **kwargs)
+        return paged_attention(*args, backend=self.backend, **kwargs)
+
     def norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return self.numerics.act(rms_norm(x, w, self.cfg.rms_norm_eps, backend=self.backend))
 
@@ -161,9 +169,9 @@ class ModelRunner:
             v = qkv[:, (hq + hkv) * d:].reshape(t, hkv, d)
             write_kv(k, v, self.k_caches[i], self.v_caches[i], batch.slot_mapping,
                              k_scale=self.kv_scale, v_scale=self.kv_scale, backend=self.backend)
-            attn = paged_attention(q, self.k_caches[i], self.v_caches[i], batch.block_tables,
-                                           batch.seq_lens, batch.query_start_loc, self.scale,
-                                           k_scale=self.kv_scale, v_scale=self.kv_scale, backend=self.backend)
+            attn = self.attention(q, self.k_caches[i], self.v_caches[i], batch.block_tables,
+                                  batch.seq_lens, batch.query_start_loc, self.scale,
+                                  k_scale=self.kv_scale, v_scale=self.kv_scale)
             x = self.numerics.act(x + self.linear(self.numerics.act(attn).reshape(t, hq * d), layer.o))
             h = self.norm(x, layer.post_norm)
             gate, up = self.linear(h, layer.gate_up).chunk(2, dim=-1)

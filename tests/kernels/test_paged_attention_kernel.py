@@ -175,3 +175,20 @@ def test_large_decode_batch_triton_matches_reference_on_gpu(make_sequence, pack_
     scale = 1 / math.sqrt(128)
     torch.testing.assert_close(paged_attention_triton(*batch.args(), scale),
                                paged_attention_ref(*batch.args(), scale), **FP32_TOL)
+
+
+def test_dense_sdpa_path_matches_the_reference_for_decode_and_prefill():
+    from kernels.dense_attention import paged_attention_dense
+    from kernels.paged_attention import paged_attention_ref
+
+    torch.manual_seed(3)
+    bs, hkv, hq, d = 4, 2, 4, 8
+    k_cache, v_cache = torch.randn(24, bs, hkv, d), torch.randn(24, bs, hkv, d)
+    # three sequences: decode (len 9), prefill chunk of 5 with context (len 13), decode (len 3)
+    block_tables = torch.tensor([[3, 7, 1, 0], [2, 5, 9, 11], [20, 0, 0, 0]], dtype=torch.int32)
+    seq_lens = torch.tensor([9, 13, 3], dtype=torch.int32)
+    qsl = torch.tensor([0, 1, 6, 7], dtype=torch.int32)
+    q = torch.randn(7, hq, d)
+    ref = paged_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, qsl, 0.3)
+    dense = paged_attention_dense(q, k_cache, v_cache, block_tables, seq_lens, qsl, 0.3)
+    torch.testing.assert_close(dense, ref, rtol=1e-5, atol=1e-5)
