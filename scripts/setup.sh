@@ -32,8 +32,9 @@ if ! command -v "${PROMETHEUS_BIN:-prometheus}" >/dev/null 2>&1; then
             made_policy=1
         fi
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+        # Only the serving stack needs it: a failed install warns rather than stops.
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+            || echo "!! could not install prometheus; the serving stack will not start" >&2
         if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
         if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
             systemctl stop prometheus && systemctl disable prometheus

@@ -105,6 +105,8 @@ class ServingMetrics:
                 self._get(spec).inc(delta)
         for attr, spec in _GAUGES:
             self._get(spec).set(getattr(snap, attr))
+        if self._config_labels is not None:  # re-set, so the series never ages out of Ray's agent
+            self._get(names.CACHE_CONFIG_INFO).set(1, tags=self._config_labels)
         iteration = self._get(names.ITERATION_TOKENS)
         for n in snap.iteration_tokens:
             iteration.observe(n)
