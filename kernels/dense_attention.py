@@ -46,19 +46,24 @@ def paged_attention_dense(q, k_cache, v_cache, block_tables, seq_lens, query_sta
 
 
 def _decode(q, out, k_cache, v_cache, block_tables, lens, starts, seqs, bs, scale, k_scale, v_scale):
-    """One padded SDPA call for every single-query sequence."""
+    """One padded SDPA call for every single-query sequence.
+
+    The G query heads sharing a kv head all look at the same keys with the
+    same mask, so they ride in SDPA's query-length slot: no kv-head repeat.
+    """
+    n, hq = len(seqs), q.shape[1]
     hkv, d = k_cache.shape[2], k_cache.shape[3]
-    max_len = max(lens[b] for b in seqs)
-    nb = -(-max_len // bs)
+    nb = -(-max(lens[b] for b in seqs) // bs)
     idx = torch.tensor(seqs, device=q.device)
     blocks = block_tables[idx, :nb].long()  # [B, nb]; padding entries are masked below
-    k = k_cache[blocks].reshape(len(seqs), nb * bs, hkv, d)[:, :max_len]
-    v = v_cache[blocks].reshape(len(seqs), nb * bs, hkv, d)[:, :max_len]
+    # [B, nb, bs, Hkv, D] -> [B, Hkv, nb * bs, D]: one copy, in SDPA's layout
+    k = k_cache[blocks].permute(0, 3, 1, 2, 4).reshape(n, hkv, nb * bs, d)
+    v = v_cache[blocks].permute(0, 3, 1, 2, 4).reshape(n, hkv, nb * bs, d)
     k = k.float() * k_scale if k_cache.dtype == torch.int8 else k.float()
     v = v.float() * v_scale if v_cache.dtype == torch.int8 else v.float()
     seq_len = torch.tensor([lens[b] for b in seqs], device=q.device)
-    mask = (torch.arange(max_len, device=q.device)[None, :] < seq_len[:, None])[:, None, None, :]  # [B,1,1,L]
+    mask = (torch.arange(nb * bs, device=q.device)[None, :] < seq_len[:, None])[:, None, None, :]  # [B,1,1,L]
     rows = torch.tensor([starts[b] for b in seqs], device=q.device)
-    o = F.scaled_dot_product_attention(q[rows].float()[:, :, None, :], k.transpose(1, 2), v.transpose(1, 2),
-                                       attn_mask=mask, scale=scale, enable_gqa=True)  # [B, Hq, 1, D]
-    out[rows] = o[:, :, 0].to(q.dtype)
+    qg = q[rows].float().view(n, hkv, hq // hkv, d)  # [B, Hkv, G, D]
+    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)  # [B, Hkv, G, D]
+    out[rows] = o.reshape(n, hq, d).to(q.dtype)
