@@ -43,6 +43,8 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> str:
 
     `--num-cpus` is Ray's logical count (what replicas reserve), not the machine's cores.
     """
+    # Ray's default worker niceness (+15) stays: under load the node's metrics agent must still
+    # render its endpoint within a scrape timeout, so the infrastructure runs ahead of the replicas.
     system_config = {"metrics_report_interval_ms": cfg.metrics_report_interval_ms}
     cmd = [_ray_cli(), "start", "--head", f"--node-ip-address={cfg.host}", f"--port={cfg.ray_port}",
            f"--num-cpus={max(cfg.ray_num_cpus, min_cpus)}", "--num-gpus=0" if not _cuda() else "--num-gpus=1",
@@ -52,6 +54,11 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> str:
     # Replicas import `services` from this checkout even where the project is not pip-installed.
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", PYTHONPATH=pythonpath)
+    if cfg.host in ("127.0.0.1", "localhost"):
+        # Ray turns --node-ip-address=127.0.0.1 into the machine's interface address (so other nodes
+        # could join). A loopback sandbox stays on loopback: this switch (Ray's single-node mode for
+        # macOS/Windows) keeps every Ray address, metrics target included, on 127.0.0.1.
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     with open(log_file, "ab") as log:
         result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
@@ -68,12 +75,20 @@ def _cuda() -> bool:
         return False
 
 
-def stop_local(log_file: Path | None = None, grace_s: int = 10) -> None:
-    """`ray stop`: Ray's own teardown of every Ray process of the local cluster."""
+def stop_local(log_file: Path | None = None, grace_s: int = 5, timeout_s: float = 45) -> None:
+    """`ray stop`: Ray's own teardown of the local cluster; `ray stop --force` if that hangs."""
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL
     try:
-        subprocess.run([_ray_cli(), "stop", f"--grace-period={grace_s}"], stdout=out, stderr=subprocess.STDOUT,
-                       stdin=subprocess.DEVNULL, timeout=grace_s + 60)
+        for args in ([f"--grace-period={grace_s}"], ["--force"]):
+            try:
+                subprocess.run([_ray_cli(), "stop", *args], stdout=out, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                continue  # seen once on a loaded machine: escalate to --force
+            if not head_running():
+                return
+        if head_running():
+            raise RayError("`ray stop` left the local Ray cluster running")
     finally:
         if log_file:
             out.close()

@@ -126,38 +126,63 @@ class Stack:
 
     # -- down ---------------------------------------------------------------
     def down(self) -> dict:
-        """Stop everything the state file names; idempotent. Returns what was stopped."""
+        """Stop everything the state file names; idempotent. Returns what was stopped.
+
+        Every step is tried even if an earlier one failed; the state file is kept
+        (so `down` can be run again) only if something could not be stopped.
+        """
         try:
             state = StackState.load(self.cfg.state_file)
         except NoStackError:
             return {"stopped": [], "note": "no sandbox was running"}
-        stopped = []
+        stopped, errors = [], []
         logs = Path(state.run_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        with self.steps.step("stopping traffic generators"):
+        for title, step in self._teardown_steps(state, logs):
+            try:
+                with self.steps.step(title):
+                    stopped += step()
+            except Exception as e:  # noqa: BLE001 - carry on with the other steps
+                errors.append(f"{title}: {type(e).__name__}: {e}")
+        if errors:
+            raise RuntimeError("sandbox down could not stop everything (run it again): " + "; ".join(errors))
+        self.cfg.state_file.unlink(missing_ok=True)
+        return {"stopped": stopped, "run_dir": state.run_dir}
+
+    def _teardown_steps(self, state: StackState, logs: Path):
+        def traffic():
+            done = []
             for target in sorted(state.targets_dir.glob("*.json")) if state.targets_dir.is_dir() else []:
                 pid = _target_pid(target)
                 if pid and pid != os.getpid() and stop_pid(pid):
-                    stopped.append(f"traffic generator (pid {pid})")
+                    done.append(f"traffic generator (pid {pid})")
                 target.unlink(missing_ok=True)
+            return done
+
+        def ray():
+            ray_cluster.stop_local(logs / "ray.log")
+            return ["ray"]
+
+        def serve_app():
+            ctl = ServeControl(state.dashboard_url)
+            try:
+                ctl.delete_all()
+            finally:
+                ctl.close()
+            return ["serve application"]
+
+        def prom():
+            if not stop_pid(state.prometheus_pid):
+                raise RuntimeError(f"Prometheus (pid {state.prometheus_pid}) did not stop")
+            return [f"prometheus (pid {state.prometheus_pid})"]
+
+        yield "stopping traffic generators", traffic
         if state.ray_started:
-            with self.steps.step("stopping Ray (ray stop)"):
-                ray_cluster.stop_local(logs / "ray.log")
-                stopped.append("ray")
+            yield "stopping Ray (ray stop)", ray
         elif state.dashboard_url:
-            with self.steps.step("deleting the Serve application from the joined cluster"):
-                ctl = ServeControl(state.dashboard_url)
-                try:
-                    ctl.delete_all()
-                finally:
-                    ctl.close()
-                stopped.append("serve application")
+            yield "deleting the Serve application from the joined cluster", serve_app
         if state.prometheus_pid:
-            with self.steps.step("stopping Prometheus"):
-                if stop_pid(state.prometheus_pid):
-                    stopped.append(f"prometheus (pid {state.prometheus_pid})")
-        self.cfg.state_file.unlink(missing_ok=True)
-        return {"stopped": stopped, "run_dir": state.run_dir}
+            yield "stopping Prometheus", prom
 
 
 def _target_pid(path: Path) -> int | None:

@@ -5,8 +5,8 @@ from one LLMServer replica chosen by Serve's router. The first item from the
 replica says whether the engine accepted the request, so errors still get a
 proper status code even when the client asked for a stream.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI must see the real `Request` class in the
+# route signatures (string annotations on Serve's class-based views resolve as query parameters).
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve

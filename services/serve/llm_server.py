@@ -44,7 +44,8 @@ class LLMServer:
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.engine_config = cfg.engine_config()
         engine = LLMEngine(self.engine_config)
-        self.metrics = ServingMetrics(cfg.model_name, self.replica, cfg.version)
+        self.metrics = ServingMetrics(cfg.model_name, self.replica, cfg.version,
+                                      spec_decode=self.engine_config.num_speculative_tokens > 0)
         self.knobs = ReplicaKnobs()
         self.loop = EngineLoop(engine, self.metrics, torch_threads=self.engine_config.torch_threads,
                                wedge_timeout_s=cfg.wedge_timeout_s).start()

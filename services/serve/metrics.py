@@ -60,12 +60,32 @@ def _make(spec: names.MetricSpec, default_tags: dict[str, str]):
     return metric.set_default_tags(default_tags)
 
 
+_SPEC_DECODE = (names.SPEC_DRAFTS, names.SPEC_DRAFT_TOKENS, names.SPEC_ACCEPTED_TOKENS)
+FINISHED_REASONS = ("stop", "length", "abort")
+
+
 class ServingMetrics:
-    def __init__(self, model_name: str, replica: str, version: str):
+    def __init__(self, model_name: str, replica: str, version: str, spec_decode: bool = False):
         tags = {"model_name": model_name, "replica": replica, "version": version}
         self._m = {spec.query_name: _make(spec, tags) for spec in names.SERVER_METRICS}
         self._last = EngineSnapshot()
         self._config_labels: dict[str, str] | None = None
+        self._prime_counters(spec_decode)
+
+    def _prime_counters(self, spec_decode: bool) -> None:
+        """Export every counter at 0 from the start, as prometheus-client (and so vLLM) does.
+
+        Ray only exports a counter once it was incremented and refuses inc(0), so a
+        zero is recorded through Ray's own record path. Without it, `rate()` over a
+        counter that has not moved yet (preemptions, aborts) returns nothing rather than 0.
+        Spec-decode counters exist only with a draft model, as in vLLM.
+        """
+        for attr, spec in _COUNTERS:
+            if spec in _SPEC_DECODE and not spec_decode:
+                continue
+            self._get(spec)._record(0)
+        for reason in FINISHED_REASONS:
+            self._get(names.REQUEST_SUCCESS)._record(0, tags={"finished_reason": reason})
 
     def _get(self, spec: names.MetricSpec):
         return self._m[spec.query_name]
