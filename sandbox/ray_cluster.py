@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,8 +39,8 @@ def head_running() -> bool:
         return False
 
 
-def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> str:
-    """`ray start --head` on loopback with the sandbox's ports; returns the GCS address.
+def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> tuple[str, list[int]]:
+    """`ray start --head` on loopback with the sandbox's ports; the GCS address and the head's pids.
 
     `--num-cpus` is Ray's logical count (what replicas reserve), not the machine's cores.
     """
@@ -59,11 +60,53 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> str:
         # could join). A loopback sandbox stays on loopback: this switch (Ray's single-node mode for
         # macOS/Windows) keeps every Ray address, metrics target included, on 127.0.0.1.
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    before = set(processes())
     with open(log_file, "ab") as log:
         result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         raise RayError(f"`ray start --head` failed (exit {result.returncode}); see {log_file}")
-    return f"{cfg.host}:{cfg.ray_port}"
+    return f"{cfg.host}:{cfg.ray_port}", started_since(before)
+
+
+def started_since(before: set[int]) -> list[int]:
+    """Ray's daemons that appeared after `before` was taken (the head `ray start` just launched)."""
+    ray_dir = str(Path(ray_package_dir()))
+    return sorted(pid for pid, (_, cmd) in processes().items()
+                  if pid not in before and (ray_dir in cmd or cmd.startswith("ray::")))
+
+
+def ray_package_dir() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    return str(Path(spec.origin).parent) if spec and spec.origin else "/ray/"
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every live, non-zombie process."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
+            continue
+        if stat[0] != "Z":
+            out[int(entry.name)] = (int(stat[1]), cmd)
+    return out
+
+
+def with_descendants(roots: set[int]) -> set[int]:
+    procs = processes()
+    found = {p for p in roots if p in procs}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _) in procs.items() if ppid in found and pid not in found}
+        found |= children
+        grew = bool(children)
+    return found
 
 
 def _cuda() -> bool:
@@ -75,23 +118,35 @@ def _cuda() -> bool:
         return False
 
 
-def stop_local(log_file: Path | None = None, grace_s: int = 5, timeout_s: float = 45) -> None:
-    """`ray stop`: Ray's own teardown of the local cluster; `ray stop --force` if that hangs."""
+def stop_local(head_pids: list[int], log_file: Path | None = None, grace_s: int = 5,
+               timeout_s: float = 20) -> list[int]:
+    """`ray stop`, then SIGKILL whatever is left of the processes this head started (by pid).
+
+    `ray stop` is Ray's own teardown, but on a loaded machine it has hung for a minute
+    scanning processes; the pids recorded at `up` (and their children, the workers)
+    make the end certain. Returns the pids that had to be killed.
+    """
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL
     try:
-        for args in ([f"--grace-period={grace_s}"], ["--force"]):
-            try:
-                subprocess.run([_ray_cli(), "stop", *args], stdout=out, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                continue  # seen once on a loaded machine: escalate to --force
-            if not head_running():
-                return
-        if head_running():
-            raise RayError("`ray stop` left the local Ray cluster running")
+        subprocess.run([_ray_cli(), "stop", f"--grace-period={grace_s}"], stdout=out, stderr=subprocess.STDOUT,
+                       stdin=subprocess.DEVNULL, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
     finally:
         if log_file:
             out.close()
+    left = with_descendants(set(head_pids))
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while with_descendants(left) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if with_descendants(left):
+        raise RayError(f"Ray processes {sorted(with_descendants(left))} survived SIGKILL")
+    return sorted(left)
 
 
 def session_dir() -> Path:

@@ -37,7 +37,8 @@ class SandboxConfig:
     prometheus_port: int = 9090
     traffic_port: int = 9400  # first port tried for a traffic generator's metrics endpoint
     scrape_interval_s: float = 1.0
-    # How often Ray workers push metrics to the node's agent (Ray's default is 10 s).
+    # How often Ray workers push metrics to the node's agent (Ray's default is 10 s). Ray's agent drops
+    # a gauge not refreshed for two intervals, so this must stay above a busy replica's export jitter.
     metrics_report_interval_ms: int = 1000
     ray_num_cpus: int = 4  # logical CPUs Ray may hand out (replicas ask for 1 each)
     prometheus_bin: str = "prometheus"

@@ -65,7 +65,8 @@ class Stack:
                 state.ray_started = True
                 state.save(cfg.state_file)
                 # Room for every replica plus one more during a rolling update.
-                state.ray_address = ray_cluster.start_head(cfg, logs / "ray.log", min_cpus=deploy.replicas + 1)
+                state.ray_address, state.ray_pids = ray_cluster.start_head(cfg, logs / "ray.log",
+                                                                           min_cpus=deploy.replicas + 1)
                 state.ray_session_dir = str(ray_cluster.session_dir())
                 state.dashboard_url = cfg.url(cfg.dashboard_port)
                 state.save(cfg.state_file)
@@ -160,8 +161,8 @@ class Stack:
             return done
 
         def ray():
-            ray_cluster.stop_local(logs / "ray.log")
-            return ["ray"]
+            killed = ray_cluster.stop_local(state.ray_pids, logs / "ray.log")
+            return ["ray"] + [f"ray leftovers (SIGKILL: {killed})"] * bool(killed)
 
         def serve_app():
             ctl = ServeControl(state.dashboard_url)

@@ -23,6 +23,7 @@ class StackState:
     run_dir: str
     ray_started: bool = False  # False when `up --address` joined someone else's cluster
     ray_address: str | None = None
+    ray_pids: list[int] = field(default_factory=list)  # what `ray start --head` launched
     ray_session_dir: str | None = None
     dashboard_url: str | None = None
     api_url: str | None = None

@@ -84,6 +84,20 @@ class StackHandle:
             time.sleep(0.2)
 
     @staticmethod
+    def settled(self, promql: str, quiet_s: float = 3.0, timeout_s: float = 20.0) -> float:
+        """The value once it has stopped changing for quiet_s (earlier requests fully counted)."""
+        t0 = time.monotonic()
+        last, since = self.value(promql), time.monotonic()
+        while time.monotonic() - since < quiet_s:
+            if time.monotonic() - t0 > timeout_s:
+                raise AssertionError(f"{promql!r} still changing after {timeout_s}s")
+            time.sleep(0.25)
+            value = self.value(promql)
+            if value != last:
+                last, since = value, time.monotonic()
+        return last
+
+    @staticmethod
     def cli_argv() -> list[str]:
         return [sys.executable, "-m", "sandbox.cli"]
 

@@ -34,8 +34,9 @@ def test_a_rolling_deploy_changes_the_version_label_without_failed_requests(stac
     assert report["rolling"] and new != old
     stats = box["stats"].summary()
     assert stats["statuses"] == {"200": stats["sent"]}, [r.error for r in box["stats"].results if r.status != "200"]
-    rows = stack.prom.query("vllm:num_requests_running")
-    assert {r["metric"]["version"] for r in rows} == {new}  # stale series of the old version have ended
+    # Every replica now reports the new version; the old version's series have ended.
+    stack.wait_for(f'count(vllm:num_requests_running{{version="{new}"}})', lambda v: v == 2)
+    stack.wait_for(f'count(vllm:num_requests_running{{version!="{new}"}}) or vector(0)', lambda v: v == 0)
     served_by = stack.prom.query("sum by (version) (increase(vllm:request_success_total[2m]))")
     assert {r["metric"]["version"] for r in served_by if float(r["value"][1]) > 0} == {old, new}
     stack.openai().completions.create(model=stack.model, prompt="copy: spec -> ", max_tokens=8, temperature=0)

@@ -19,8 +19,8 @@ SPEC_DECODE = {"spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_tot
 @pytest.fixture(scope="module")
 def shared_prefix_traffic(stack):
     """6 s of shared-prefix traffic through `sandbox traffic --json`; the counters before and its summary."""
-    before = {"prompt": stack.value("sum(vllm:prompt_tokens_total)"),
-              "hits": stack.value("sum(vllm:prefix_cache_hits_total)")}
+    before = {"prompt": stack.settled("sum(vllm:prompt_tokens_total)"),
+              "hits": stack.settled("sum(vllm:prefix_cache_hits_total)", quiet_s=0)}
     result = stack.cli("traffic", "--profile", "shared-prefix", "--rate", "4", "--duration", "6", "--seed", "3",
                        "--json")
     assert result.returncode == 0, result.stderr
