@@ -24,15 +24,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox.deployer import deploy_changes  # noqa: E402
-from sandbox.prometheus import PrometheusClient  # noqa: E402
-from sandbox.settings import SandboxConfig  # noqa: E402
-from sandbox.stack import Stack  # noqa: E402
-from sandbox.traffic.generator import TrafficStats, run_traffic, send_request  # noqa: E402
-from sandbox.traffic.profiles import PROFILES, SampledRequest  # noqa: E402
+from sandbox.deployer import deploy_changes
+from sandbox.prometheus import PrometheusClient
+from sandbox.settings import SandboxConfig
+from sandbox.stack import Stack
+from sandbox.traffic.generator import TrafficStats, run_traffic, send_request
+from sandbox.traffic.profiles import PROFILES, SampledRequest
 
-PORTS = dict(ray_port=6399, dashboard_port=8285, metrics_export_port=8099, api_port=8019, prometheus_port=9109,
-             traffic_port=9419)
+PORTS = {"ray_port": 6399, "dashboard_port": 8285, "metrics_export_port": 8099, "api_port": 8019,
+         "prometheus_port": 9109, "traffic_port": 9419}
 
 
 def propagation(state, trials: int) -> dict:
@@ -78,18 +78,21 @@ async def closed_loop(state, concurrency: int, duration_s: float) -> float:
 
 
 def overhead(cfg, state, concurrency: int, duration_s: float, rounds: int) -> dict:
+    """Runs in ABBA order (on, off, off, on) per round, so a drift in machine load cancels out."""
     runs = {"on": [], "off": []}
     asyncio.run(closed_loop(state, concurrency, 5))  # warm up
     for _ in range(rounds):
-        for mode in ("on", "off"):
+        for mode in ("on", "off", "off", "on"):
             deploy_changes(cfg, state, [f"knobs.export_metrics={'true' if mode == 'on' else 'false'}"], None, 120)
             time.sleep(1)
             runs[mode].append(asyncio.run(closed_loop(state, concurrency, duration_s)))
     deploy_changes(cfg, state, ["knobs.export_metrics=true"], None, 120)
     on, off = statistics.mean(runs["on"]), statistics.mean(runs["off"])
+    pairs = [(b - a) / b for a, b in zip(runs["on"], runs["off"])]
     return {"tokens_per_s_on": round(on, 1), "tokens_per_s_off": round(off, 1),
-            "overhead_pct": round(100 * (off - on) / off, 2), "runs": {k: [round(v, 1) for v in vs]
-                                                                        for k, vs in runs.items()},
+            "overhead_pct": round(100 * (off - on) / off, 2),
+            "paired_overhead_pct_stdev": round(100 * statistics.stdev(pairs), 2) if len(pairs) > 1 else None,
+            "runs": {k: [round(v, 1) for v in vs] for k, vs in runs.items()},
             "concurrency": concurrency, "seconds_per_run": duration_s}
 
 
@@ -98,8 +101,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="1,2,4", help="request rates (requests/s), comma separated")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of traffic per rate")
     ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--overhead-rounds", type=int, default=2, help="on/off pairs; 0 skips the overhead runs")
-    ap.add_argument("--overhead-seconds", type=float, default=20.0)
+    ap.add_argument("--overhead-rounds", type=int, default=2, help="ABBA rounds of on/off; 0 skips them")
+    ap.add_argument("--overhead-seconds", type=float, default=15.0)
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     args = ap.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))

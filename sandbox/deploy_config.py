@@ -43,13 +43,13 @@ class DeployConfig:
         self.validate()
 
     @classmethod
-    def load(cls, path: Path) -> "DeployConfig":
+    def load(cls, path: Path) -> DeployConfig:
         return cls(yaml.safe_load(Path(path).read_text()))
 
     def save(self, path: Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.data, sort_keys=False))
 
-    def copy(self) -> "DeployConfig":
+    def copy(self) -> DeployConfig:
         return DeployConfig(copy.deepcopy(self.data))
 
     # -- views ----------------------------------------------------------------
@@ -93,7 +93,7 @@ class DeployConfig:
             raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
 
     # -- changes (each returns a new config) ------------------------------------
-    def for_run(self, host: str, api_port: int, replicas: int | None = None) -> "DeployConfig":
+    def for_run(self, host: str, api_port: int, replicas: int | None = None) -> DeployConfig:
         new = self.copy()
         new.data["http_options"] = {**new.data.get("http_options", {}), "host": host, "port": api_port}
         if replicas is not None:
@@ -101,7 +101,7 @@ class DeployConfig:
         new.validate()
         return new
 
-    def with_overrides(self, assignments: list[str], version: str | None = None) -> "DeployConfig":
+    def with_overrides(self, assignments: list[str], version: str | None = None) -> DeployConfig:
         """Apply `key=value` overrides; a change to the application args gets the next version."""
         new = self.copy()
         before = copy.deepcopy(new.args)

@@ -51,6 +51,8 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> tuple[s
            f"--num-cpus={max(cfg.ray_num_cpus, min_cpus)}", "--num-gpus=0" if not _cuda() else "--num-gpus=1",
            "--include-dashboard=true", f"--dashboard-host={cfg.host}", f"--dashboard-port={cfg.dashboard_port}",
            f"--metrics-export-port={cfg.metrics_export_port}", "--include-log-monitor=false",
+           # No autoscaler monitor: a fixed local cluster, and one Python process fewer at start.
+           "--no-monitor",
            "--disable-usage-stats", f"--system-config={json.dumps(system_config)}"]
     # Replicas import `services` from this checkout even where the project is not pip-installed.
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -62,7 +64,8 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> tuple[s
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     before = set(processes())
     with open(log_file, "ab") as log:
-        result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
+                                check=False)
     if result.returncode != 0:
         raise RayError(f"`ray start --head` failed (exit {result.returncode}); see {log_file}")
     return f"{cfg.host}:{cfg.ray_port}", started_since(before)
@@ -126,15 +129,15 @@ def stop_local(head_pids: list[int], log_file: Path | None = None, grace_s: int 
     scanning processes; the pids recorded at `up` (and their children, the workers)
     make the end certain. Returns the pids that had to be killed.
     """
-    out = open(log_file, "ab") if log_file else subprocess.DEVNULL
+    log = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below, after the run
     try:
-        subprocess.run([_ray_cli(), "stop", f"--grace-period={grace_s}"], stdout=out, stderr=subprocess.STDOUT,
-                       stdin=subprocess.DEVNULL, timeout=timeout_s)
+        subprocess.run([_ray_cli(), "stop", f"--grace-period={grace_s}"], stdout=log or subprocess.DEVNULL,
+                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         pass
     finally:
-        if log_file:
-            out.close()
+        if log:
+            log.close()
     left = with_descendants(set(head_pids))
     for pid in left:
         try:

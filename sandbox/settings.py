@@ -64,7 +64,7 @@ class SandboxConfig:
             raise ValueError(f"up_timeout_s must be a positive number, got {self.up_timeout_s!r}")
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "SandboxConfig":
+    def from_env(cls, env: dict[str, str] | None = None, **overrides) -> SandboxConfig:
         env = os.environ if env is None else env
         values: dict = {}
         for f in fields(cls):

@@ -110,6 +110,7 @@ class Stack:
                                       ray_sd_file=sd_file, targets_dir=state.targets_dir))
         proc = prometheus.start_server(prometheus.find_binary(cfg.prometheus_bin), config_file,
                                        run_dir / "prometheus-data", listen, run_dir / "logs" / "prometheus.log")
+        self._prometheus = proc  # ours to reap at `down` when this process is still its parent
         state.prometheus_pid, state.prometheus_url = proc.pid, cfg.url(cfg.prometheus_port)
         state.save(cfg.state_file)
         client = prometheus.PrometheusClient(state.prometheus_url)
@@ -175,6 +176,9 @@ class Stack:
         def prom():
             if not stop_pid(state.prometheus_pid):
                 raise RuntimeError(f"Prometheus (pid {state.prometheus_pid}) did not stop")
+            proc = getattr(self, "_prometheus", None)
+            if proc is not None and proc.pid == state.prometheus_pid:
+                proc.wait(timeout=5)
             return [f"prometheus (pid {state.prometheus_pid})"]
 
         yield "stopping traffic generators", traffic

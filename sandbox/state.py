@@ -48,7 +48,7 @@ class StackState:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "StackState":
+    def load(cls, path: Path) -> StackState:
         if not path.is_file():
             raise NoStackError(f"no sandbox is running (no {path}); start one with `sandbox up`")
         data = json.loads(path.read_text())

@@ -24,14 +24,16 @@ def up(
 
     cfg = config()
     t0 = time.perf_counter()
+    steps = Steps(None if as_json else console)
     try:
-        state = Stack(cfg, Steps(None if as_json else console)).up(replicas, address)
+        state = Stack(cfg, steps).up(replicas, address)
     except StackRunningError as e:
         fail(str(e))
     except (RuntimeError, ValueError, OSError) as e:
         fail(f"{e}\n(everything started was stopped again)")
     summary = {"run_id": state.run_id, "seconds": round(time.perf_counter() - t0, 2), "model": state.model_name,
-               "version": state.version, "replicas": state.replicas, "urls": _urls(state), "run_dir": state.run_dir}
+               "version": state.version, "replicas": state.replicas, "urls": _urls(state), "run_dir": state.run_dir,
+               "steps_s": steps.timings}
     if as_json:
         print_json(summary)
         return

@@ -11,8 +11,8 @@ from sandbox.commands.common import config, console, fail, print_json, running_s
 
 # The server's view after a run, from Prometheus (what an on-call engineer would look at first).
 SERVER_VIEW = (
-    ("requests finished /s", "sum(rate(vllm:request_success_total[1m]))"),
-    ("generation tokens /s", "sum(rate(vllm:generation_tokens_total[1m]))"),
+    ("requests finished /s (last 1m)", "sum(rate(vllm:request_success_total[1m]))"),
+    ("generation tokens /s (last 1m)", "sum(rate(vllm:generation_tokens_total[1m]))"),
     ("p50 TTFT (s)", "histogram_quantile(0.5, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))"),
     ("p99 TTFT (s)", "histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))"),
     ("p50 ITL (s)", "histogram_quantile(0.5, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket[1m])))"),
@@ -63,7 +63,7 @@ def traffic_session(cfg, state, rate: float, duration: float, profile_name: str,
         if as_json:
             stats = asyncio.run(_run_live(state, profile, rate, duration, seed, exporter, None))
         else:
-            with Live(console=console, refresh_per_second=2) as live:
+            with Live(console=console, refresh_per_second=2, transient=True) as live:
                 stats = asyncio.run(_run_live(state, profile, rate, duration, seed, exporter, live))
     finally:
         exporter.close()

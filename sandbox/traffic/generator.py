@@ -52,7 +52,7 @@ class TrafficStats:
         ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
         e2e = [r.e2e_s for r in ok]
         gaps = [g for r in ok for g in r.chunk_gaps_s]
-        ms = lambda v: None if v is None else round(v * 1000, 1)  # noqa: E731
+        ms = lambda v: None if v is None else round(v * 1000, 1)
         return {
             "elapsed_s": round(elapsed, 2), "sent": self.sent, "finished": len(self.results),
             "in_flight": self.sent - len(self.results), "ok": len(ok),

@@ -53,7 +53,7 @@ class TrafficProfile:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
 
-    def sample(self, rng: random.Random) -> "SampledRequest":
+    def sample(self, rng: random.Random) -> SampledRequest:
         task = rng.choices(list(self.task_mix), weights=list(self.task_mix.values()))[0]
         example = MAKERS[task](rng)
         band = rng.choices(self.context, weights=[b.weight for b in self.context])[0]

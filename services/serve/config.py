@@ -56,7 +56,7 @@ class ServeAppConfig:
         _positive_number("wedge_timeout_s", self.wedge_timeout_s)
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "ServeAppConfig":
+    def from_dict(cls, data: dict | None) -> ServeAppConfig:
         data = dict(data or {})
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
@@ -96,7 +96,7 @@ class ReplicaKnobs:
             raise ValueError(f"export_metrics must be true or false, got {self.export_metrics!r}")
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "ReplicaKnobs":
+    def from_dict(cls, data: dict | None) -> ReplicaKnobs:
         data = dict(data or {})
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:

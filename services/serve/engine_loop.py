@@ -98,7 +98,7 @@ class EngineLoop:
         self._last_publish = 0.0
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
-    def start(self) -> "EngineLoop":
+    def start(self) -> EngineLoop:
         self._thread.start()
         return self
 

@@ -62,7 +62,6 @@ class _GenerationRequest(BaseModel):
     def _no_logprobs(cls, v):
         if v not in (None, False, 0):
             raise ValueError("logprobs are not supported")
-        return None
 
     def sampling(self, max_tokens: int) -> dict:
         """SamplingParams keyword arguments (plain data, to cross to a replica)."""

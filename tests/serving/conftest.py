@@ -21,8 +21,8 @@ from sandbox.settings import SandboxConfig
 from sandbox.stack import Stack
 from sandbox.state import StackState
 
-TEST_PORTS = dict(ray_port=6389, dashboard_port=8275, metrics_export_port=8089, api_port=8009,
-                  prometheus_port=9099, traffic_port=9409)
+TEST_PORTS = {"ray_port": 6389, "dashboard_port": 8275, "metrics_export_port": 8089, "api_port": 8009,
+              "prometheus_port": 9099, "traffic_port": 9409}
 
 
 def pytest_configure(config):
@@ -83,7 +83,6 @@ class StackHandle:
                 raise AssertionError(f"{promql!r} = {value} did not satisfy the condition within {timeout_s}s")
             time.sleep(0.2)
 
-    @staticmethod
     def settled(self, promql: str, quiet_s: float = 3.0, timeout_s: float = 20.0) -> float:
         """The value once it has stopped changing for quiet_s (earlier requests fully counted)."""
         t0 = time.monotonic()
@@ -103,7 +102,7 @@ class StackHandle:
 
     def cli(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([*self.cli_argv(), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout_s)
+                              timeout=timeout_s, check=False)
 
 
 @pytest.fixture(scope="session")

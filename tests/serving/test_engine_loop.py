@@ -37,7 +37,13 @@ async def collect(loop, rid, prompt, params=LONG):
 def test_requests_arriving_at_different_times_share_steps(loop):
     sizes = []
     step = loop.engine.step
-    loop.engine.step = lambda: (lambda outs: (sizes.append(len(outs)), outs)[1])(step())
+
+    def counting_step():
+        outs = step()
+        sizes.append(len(outs))
+        return outs
+
+    loop.engine.step = counting_step
 
     async def main():
         first = asyncio.create_task(collect(loop, "a", "copy: abc -> "))
