@@ -1,19 +1,20 @@
 # The two quick-start targets are `make demo` and `make test`; both set up .venv first.
-.PHONY: setup demo demo-serving test test-serving test-gpu bench bench-serving eval train clean
+.PHONY: setup demo demo-engine test test-serving test-gpu bench bench-serving eval train clean
 
 setup:
 	@scripts/setup.sh
 
-# The engine serving the shipped model (continuous batching over mixed tasks).
+# The serving stack on the embedded default (local Ray, Ray Serve, local Prometheus, CPU):
+# up, 30 s of traffic through the OpenAI API, what Prometheus saw, then down.
 demo: setup
-	.venv/bin/sandbox demo
-
-# Work in progress (issue 3): the serving stack (local Ray, Serve, Prometheus), 30 s of traffic, then down.
-demo-serving: setup
 	.venv/bin/sandbox run --rate 3 --duration 30
 
+# The engine alone on the shipped model (continuous batching over mixed tasks, no Ray).
+demo-engine: setup
+	.venv/bin/sandbox demo
+
 test: setup
-	.venv/bin/python -m pytest -q --ignore=tests/serving
+	.venv/bin/python -m pytest -q
 
 test-serving: setup
 	.venv/bin/python -m pytest -q tests/serving

@@ -28,6 +28,7 @@ class _Reply:
         self.created = p.now()
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.replica = None  # which LLMServer replica serves it, as a real router's `x-served-by`
 
     async def start(self) -> None:
         """Wait for the replica to accept the request; raise APIError if it does not."""
@@ -44,6 +45,7 @@ class _Reply:
             err = first["error"]
             raise p.APIError(err["status"], err["message"], code=err.get("code"))
         self.prompt_tokens = first["prompt_tokens"]
+        self.replica = first.get("replica")
 
     def usage(self) -> dict:
         return p.usage(self.prompt_tokens, self.completion_tokens)
@@ -142,9 +144,10 @@ class OpenAIIngress:
                        "sampling": req.sampling(req.engine_max_tokens(self.default_max_tokens))}
             reply = _Reply(self.stream.generate.remote(payload), req, self.model_name, chat)
             await reply.start()
+            headers = {"x-served-by": reply.replica} if reply.replica else None
             if req.stream:
-                return StreamingResponse(reply.events(), media_type="text/event-stream")
-            return JSONResponse(await reply.body())
+                return StreamingResponse(reply.events(), media_type="text/event-stream", headers=headers)
+            return JSONResponse(await reply.body(), headers=headers)
         except p.APIError as e:
             return JSONResponse(e.body(), status_code=e.status)
         except BaseException:

@@ -17,6 +17,14 @@ def test_health_reports_ok_and_the_version(stack):
     assert resp.status_code == 200 and resp.json()["version"] == stack.state.version
 
 
+def test_every_answer_names_the_replica_that_served_it(stack):
+    body = {"model": stack.model, "prompt": "copy: abc -> ", "max_tokens": 4, "temperature": 0}
+    plain = httpx.post(f"{stack.api_url}/v1/completions", json=body, timeout=30)
+    streamed = httpx.post(f"{stack.api_url}/v1/completions", json={**body, "stream": True}, timeout=30)
+    for resp in (plain, streamed):
+        assert resp.status_code == 200 and len(resp.headers["x-served-by"]) >= 4  # a Serve replica id
+
+
 def test_openai_client_completes_without_streaming(stack):
     out = stack.openai().completions.create(model=stack.model, prompt="copy: abcd -> ", max_tokens=8,
                                             temperature=0)
