@@ -89,5 +89,19 @@ class PrometheusClient:
     def targets(self) -> list[dict]:
         return self._get("/api/v1/targets", {"state": "active"})["activeTargets"]
 
+    def firing_alerts(self) -> list[dict]:
+        """Alerts in state `firing` right now: [{"labels", "annotations", "activeAt", ...}]."""
+        return [a for a in self._get("/api/v1/alerts", {})["alerts"] if a.get("state") == "firing"]
+
+    def snapshot(self) -> str:
+        """A TSDB snapshot (admin API); returns its name under <data dir>/snapshots/."""
+        try:
+            resp = self._http.post(f"{self.url}/api/v1/admin/tsdb/snapshot")
+        except httpx.HTTPError as e:
+            raise PrometheusError(f"Prometheus at {self.url} unreachable: {e}") from None
+        if resp.status_code != 200:
+            raise PrometheusError(f"snapshot failed ({resp.status_code}): {resp.text[:300]}")
+        return resp.json()["data"]["name"]
+
     def reload(self) -> None:
         self._http.post(f"{self.url}/-/reload").raise_for_status()

@@ -18,6 +18,10 @@ def _default_home() -> Path:
     return REPO_ROOT / "runs" / "sandbox"
 
 
+def _default_runs() -> Path:
+    return REPO_ROOT / "runs"
+
+
 def _default_serve_config() -> Path:
     return REPO_ROOT / "services" / "serve_config.yaml"
 
@@ -28,6 +32,7 @@ _PORTS = ("ray_port", "dashboard_port", "metrics_export_port", "api_port", "prom
 @dataclass
 class SandboxConfig:
     home: Path = field(default_factory=_default_home)  # state.json and one directory per run
+    runs: Path = field(default_factory=_default_runs)  # one directory per drill: runs/<run-id>/
     serve_config: Path = field(default_factory=_default_serve_config)
     host: str = "127.0.0.1"  # everything binds and is scraped on loopback
     ray_port: int = 6379
@@ -46,6 +51,7 @@ class SandboxConfig:
 
     def __post_init__(self):
         self.home = Path(self.home)
+        self.runs = Path(self.runs)
         self.serve_config = Path(self.serve_config)
         for name in _PORTS:
             value = getattr(self, name)
@@ -80,6 +86,11 @@ class SandboxConfig:
             values["prometheus_bin"] = env["PROMETHEUS_BIN"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+    @property
+    def keys_dir(self) -> Path:
+        """Keys of sealed drill answers, kept apart from the run directories a candidate reads."""
+        return self.home / "keys"
 
     @property
     def state_file(self) -> Path:

@@ -1,0 +1,173 @@
+"""`sandbox drill` and `sandbox verify`: run an incident; check that it is a fair drill."""
+from __future__ import annotations
+
+import random
+
+import typer
+from rich.panel import Panel
+
+from sandbox.commands.common import config, console, err_console, fail, print_json
+
+INCIDENTS_HELP = "incident id (symptom-named), e.g. ttft-after-deploy; `sandbox drill --list` shows them"
+
+
+def _catalogue():
+    from incidents.schema import IncidentError, load_catalogue
+
+    try:
+        return load_catalogue()
+    except IncidentError as e:
+        fail(str(e), code=2)
+
+
+def _pick(catalogue: dict, incident: str | None, pick_random: bool, seed: int, variant: str | None):
+    if incident is None and not pick_random:
+        fail("name an incident or pass --random (see `sandbox drill --list`)", code=2)
+    if incident is not None and pick_random:
+        fail("name an incident or pass --random, not both", code=2)
+    if pick_random:
+        incident = random.Random(f"incident/{seed}").choice(sorted(catalogue))
+    if incident not in catalogue:
+        fail(f"unknown incident {incident!r}; choose from {', '.join(sorted(catalogue))}", code=2)
+    inc = catalogue[incident]
+    if variant is None:
+        from incidents.schema import choose_variant
+
+        chosen = choose_variant(inc, seed)
+        variant = next(name for name, v in inc.variants.items() if v is chosen)
+    elif variant not in inc.variants:
+        fail(f"unknown variant {variant!r} of {incident}; choose from {', '.join(inc.variants)}", code=2)
+    return inc, variant
+
+
+def page_panel(page: dict, state) -> Panel:
+    """The page: what paged and where to look. Never the cause."""
+    lines = [f"[bold red]{page['alert']}[/bold red]  firing since {page.get('active_at') or '?'}",
+             "", page.get("summary", ""), page.get("description", ""), "",
+             "[bold]Where to look[/bold]",
+             f"  Prometheus UI   {state.prometheus_url}",
+             "  PromQL          sandbox query 'QUERY'   (--json for scripts)",
+             f"  the API         {state.api_url}/v1   (send your own requests)",
+             "  the stack       sandbox status"]
+    return Panel("\n".join(line for line in lines if line is not None), title="PAGE", border_style="red")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def drill(
+        incident: str = typer.Argument(None, help=INCIDENTS_HELP),
+        pick_random: bool = typer.Option(False, "--random", help="a random incident (chosen by --seed)"),
+        seed: int = typer.Option(None, "--seed", help="fixes the incident (with --random), variant and timeline"),
+        headless: bool = typer.Option(False, "--headless", help="no page prompt: run for --duration and stop"),
+        duration: float = typer.Option(None, "--duration", min=30, help="seconds of traffic (default: the incident's)"),
+        keep_up: bool = typer.Option(False, "--keep-up", help="leave the stack running afterwards"),
+        list_incidents: bool = typer.Option(False, "--list", help="list the incidents and exit"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object at the end"),
+    ):
+        """Run an incident drill: traffic, a fault at a seeded time, and a page when the alert fires.
+
+        Ctrl-C at any moment reverts what was injected, stops what the drill started and keeps the record
+        in runs/<run-id>/.
+        """
+        catalogue = _catalogue()
+        if list_incidents:
+            rows = [{"incident": i.id, "page": i.page.alert, "variants": len(i.variants)} for i in catalogue.values()]
+            if as_json:
+                print_json(rows)
+            else:
+                for r in rows:
+                    console.print(f"{r['incident']:<22} pages {r['page']:<28} {r['variants']} variant(s)")
+            return
+        seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
+        inc, variant = _pick(catalogue, incident, pick_random, seed, None)
+        result = _run(inc, variant, seed, duration, keep_up, as_json, headless)
+        summary = _summary(result)
+        if as_json:
+            print_json(summary)
+        else:
+            console.print(f"drill {result.status}: run {result.run_id} ({result.run_dir})")
+        if result.status == "failed":
+            raise typer.Exit(1)
+
+    @app.command()
+    def verify(
+        incident: str = typer.Argument(..., help=INCIDENTS_HELP),
+        variant: str = typer.Option(None, "--variant", help="the variant to check (default: chosen by --seed)"),
+        seed: int = typer.Option(0, "--seed"),
+        duration: float = typer.Option(None, "--duration", min=30, help="seconds of traffic (default: the incident's)"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object with a boolean `pass` and the checks"),
+    ):
+        """Check a variant is a fair drill: it pages within 120 s and never in the baseline, its evidence
+        separates it from every sibling variant, and other incidents' signals stay quiet."""
+        from sandbox.drill.verify import check_run
+
+        catalogue = _catalogue()
+        inc, variant = _pick(catalogue, incident, False, seed, variant)
+        result = _run(inc, variant, seed, duration, False, as_json, True,
+                      before_teardown=lambda d, prom: check_run(d, prom, catalogue))
+        out = {"incident": inc.id, "variant": variant, "seed": seed, "run_id": result.run_id,
+               "pass": bool(result.checks and result.checks["pass"]), "checks": result.checks,
+               "status": result.status}
+        if as_json:
+            print_json(out)
+        else:
+            _print_checks(out)
+        if not out["pass"]:
+            raise typer.Exit(1)
+
+
+def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None):
+    from sandbox.drill.runner import Drill
+    from sandbox.progress import Steps
+
+    cfg = config()
+    steps = Steps(None if as_json else console)
+
+    def on_page(page):
+        if not as_json:
+            from sandbox.state import StackState
+
+            console.print(page_panel(page, StackState.load(cfg.state_file)))
+            if not headless:
+                console.print("Investigate, then end the drill with Ctrl-C (the record is kept).")
+
+    try:
+        drill = Drill(cfg, inc, variant, seed, duration_s=duration, steps=steps, on_page=on_page,
+                      before_teardown=before_teardown, keep_up=keep_up)
+    except ValueError as e:
+        fail(f"{inc.id}: {e}", code=2)
+    if not as_json:
+        console.print(f"drill [bold]{inc.id}[/bold] (seed {seed}): traffic for {drill.plan.duration_s:.0f}s; "
+                      "you will be paged when an alert fires")
+    try:
+        return drill.run()
+    except Exception as e:  # noqa: BLE001 - clean-up already ran; say what failed
+        err_console.print(f"[red]error:[/red] drill failed: {e}")
+        raise typer.Exit(1) from None
+
+
+def _summary(result) -> dict:
+    return {"run_id": result.run_id, "run_dir": result.run_dir, "status": result.status,
+            "page": result.page, "traffic": result.stats}
+
+
+def _print_checks(out: dict) -> None:
+    c = out["checks"] or {}
+    mark = lambda ok: "[green]pass[/green]" if ok else "[red]FAIL[/red]"  # noqa: E731
+    console.print(f"{out['incident']} / {out['variant']} (seed {out['seed']}): {mark(out['pass'])}")
+    if "page" in c:
+        p = c["page"]
+        console.print(f"  page      {mark(p['pass'])} {p['alert']} after {p['seconds_to_page']}s; "
+                      f"baseline alerts: {p['baseline_alerts'] or 'none'}")
+    if "separation" in c:
+        s = c["separation"]
+        console.print(f"  separate  {mark(s['pass'])} own {s['own_signature']}")
+        for name, sib in s["siblings"].items():
+            console.print(f"            vs {name}: {'by ' + ', '.join(sib['by']) if sib['separated'] else 'NOT separated'}")
+        for sig in s["signals"]:
+            console.print(f"            {sig['signal']:<22} {sig['baseline']} -> {sig['incident']} "
+                          f"(noise {sig['noise']}) {sig['direction']}")
+    if "others_quiet" in c:
+        q = c["others_quiet"]
+        moved = {k: v["direction"] for k, v in q["primary_signals"].items() if v["direction"] not in ("flat", "no data")}
+        console.print(f"  quiet     {mark(q['pass'])} {moved or 'every other primary signal flat'}")

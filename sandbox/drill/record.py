@@ -1,0 +1,110 @@
+"""A drill's run directory: what the candidate may read, and the sealed answer beside it.
+
+    runs/<run-id>/
+      run.json          incident id, seed, times, the page, status        (candidate-visible)
+      events.jsonl      the public timeline: traffic, deploys by version,  (candidate-visible)
+                        the page, the end
+      sealed/answer.bin variant, answer key, injection time, fault log    (encrypted; key elsewhere)
+      prometheus/       a TSDB snapshot of the run, written at the end
+
+The key is written under the sandbox home (`keys/<run-id>.key`), not in the
+run directory, so the directory can be handed to a candidate. Files are
+replaced atomically: an interrupted drill leaves complete files, never halves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken
+
+
+def _write_atomic(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if isinstance(text, bytes):
+        tmp.write_bytes(text)
+    else:
+        tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def new_run_id(incident_id: str) -> str:
+    # The incident id names the symptom (it is on the page anyway); the time keeps ids unique and sortable.
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{incident_id}"
+
+
+class RunRecord:
+    def __init__(self, run_dir: Path, key_file: Path):
+        self.dir = Path(run_dir)
+        self.key_file = Path(key_file)
+        self.run_file = self.dir / "run.json"
+        self.events_file = self.dir / "events.jsonl"
+        self.sealed_file = self.dir / "sealed" / "answer.bin"
+
+    @classmethod
+    def create(cls, runs_dir: Path, keys_dir: Path, run_id: str, public: dict) -> RunRecord:
+        run_dir = Path(runs_dir) / run_id
+        if run_dir.exists():
+            raise FileExistsError(f"run directory {run_dir} already exists")
+        rec = cls(run_dir, Path(keys_dir) / f"{run_id}.key")
+        rec.dir.mkdir(parents=True)
+        _write_atomic(rec.key_file, Fernet.generate_key())
+        os.chmod(rec.key_file, 0o600)
+        rec.write_public({"run_id": run_id, **public})
+        return rec
+
+    @classmethod
+    def open(cls, run_dir: Path, keys_dir: Path) -> RunRecord:
+        run_dir = Path(run_dir)
+        if not (run_dir / "run.json").is_file():
+            raise FileNotFoundError(f"{run_dir} is not a drill run (no run.json)")
+        return cls(run_dir, Path(keys_dir) / f"{run_dir.name}.key")
+
+    # -- candidate-visible ---------------------------------------------------
+    def public(self) -> dict:
+        return json.loads(self.run_file.read_text())
+
+    def write_public(self, data: dict) -> None:
+        _write_atomic(self.run_file, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def update_public(self, **changes) -> dict:
+        data = {**self.public(), **changes}
+        self.write_public(data)
+        return data
+
+    def event(self, kind: str, at_s: float | None = None, **fields) -> None:
+        line = {"time": round(time.time(), 3), "kind": kind, **({"at_s": round(at_s, 1)} if at_s is not None else {}),
+                **fields}
+        with open(self.events_file, "a") as f:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+
+    def events(self) -> list[dict]:
+        if not self.events_file.is_file():
+            return []
+        return [json.loads(line) for line in self.events_file.read_text().splitlines() if line.strip()]
+
+    # -- sealed ----------------------------------------------------------------
+    def seal(self, data: dict) -> None:
+        token = Fernet(self.key_file.read_bytes()).encrypt(json.dumps(data, sort_keys=True).encode())
+        _write_atomic(self.sealed_file, token)
+
+    def unseal(self) -> dict:
+        if not self.key_file.is_file():
+            raise FileNotFoundError(f"no key for run {self.dir.name} (expected {self.key_file})")
+        try:
+            return json.loads(Fernet(self.key_file.read_bytes()).decrypt(self.sealed_file.read_bytes()))
+        except InvalidToken:
+            raise ValueError(f"{self.key_file} is not the key of run {self.dir.name}") from None
+
+    # -- Prometheus data -------------------------------------------------------
+    def keep_prometheus_snapshot(self, snapshot_dir: Path) -> Path:
+        """Move a TSDB snapshot (from Prometheus' admin API) into the run directory."""
+        dest = self.dir / "prometheus"
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.move(str(snapshot_dir), str(dest))
+        return dest

@@ -1,0 +1,281 @@
+"""One drill, start to finish: stack, traffic, canaries, the timeline, the page, the record, the clean-up.
+
+Invariants, whatever happens (an error, Ctrl-C, SIGTERM):
+  * every fault injected is reverted before the drill returns;
+  * every process the drill started (traffic, canaries, and the stack if it started it) is stopped;
+  * the run directory holds complete files: run.json says how the drill ended.
+Faults are built and validated before anything starts, so a bad incident file changes nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbox.drill.plan import DrillPlan, make_plan
+from sandbox.drill.record import RunRecord, new_run_id
+from sandbox.drill.traffic_runner import TrafficRunner
+from sandbox.progress import Steps
+from sandbox.prometheus import PrometheusClient, PrometheusError
+from sandbox.settings import SandboxConfig
+from sandbox.state import NoStackError, StackState, stop_pid
+
+
+class DrillInterrupted(Exception):
+    """SIGTERM (Ctrl-C arrives as KeyboardInterrupt): end the drill and clean up."""
+
+
+@dataclass
+class DrillResult:
+    run_id: str
+    run_dir: str
+    status: str  # "finished" | "interrupted" | "failed"
+    page: dict | None
+    plan: DrillPlan
+    stats: dict = field(default_factory=dict)
+    error: str | None = None
+    checks: dict | None = None  # filled by `verify` (before_teardown)
+
+
+def build_faults(plan: DrillPlan) -> list[list]:
+    """Every fault of every planned event, built and validated; raises ValueError naming the problem."""
+    from faults.registry import build
+
+    built = []
+    for ev in plan.events:
+        faults = [build(spec) for spec in ev.faults]
+        for f in faults:
+            f.validate()
+        built.append(faults)
+    return built
+
+
+class Drill:
+    def __init__(self, cfg: SandboxConfig, incident, variant: str, seed: int, *, duration_s: float | None = None,
+                 steps: Steps | None = None, on_page=None, before_teardown=None, keep_up: bool = False,
+                 poll_s: float = 1.0):
+        self.cfg, self.incident, self.seed = cfg, incident, seed
+        self.plan = make_plan(incident, variant, seed, duration_s)
+        self.steps = steps or Steps()
+        self.on_page = on_page  # called once with the page (dict) when the incident's alert fires
+        self.before_teardown = before_teardown  # called with (drill, prom) while Prometheus still runs
+        self.keep_up = keep_up
+        self.poll_s = poll_s
+        self.faults = build_faults(self.plan)
+        self.injected: list = []
+        self.fault_log: list[dict] = []
+        self.page: dict | None = None
+        self.early_alerts: list[dict] = []
+        self.record: RunRecord | None = None
+        self.state: StackState | None = None
+        self.started_stack = False
+        self.traffic: TrafficRunner | None = None
+        self.exporter = None
+        self.canary: subprocess.Popen | None = None
+        self.prom: PrometheusClient | None = None
+        self.t0_wall: float | None = None
+
+    # -- the whole drill ---------------------------------------------------------
+    def run(self) -> DrillResult:
+        status, error, checks = "failed", None, None
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        try:
+            self._start()
+            self._follow_timeline()
+            status = "finished"
+            if self.before_teardown:
+                checks = self.before_teardown(self, self.prom)
+        except (KeyboardInterrupt, DrillInterrupted):
+            status, error = "interrupted", "interrupted"
+        except Exception as e:  # noqa: BLE001 - recorded in run.json, then re-raised after clean-up
+            error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            with _deferred_signals():
+                self._teardown(status, error)
+            signal.signal(signal.SIGTERM, previous)
+        return DrillResult(self.record.dir.name, str(self.record.dir), status, self.page, self.plan,
+                           self.traffic.stats.summary() if self.traffic else {}, error, checks)
+
+    # -- start ---------------------------------------------------------------------
+    def _start(self) -> None:
+        from sandbox.stack import Stack
+        from sandbox.traffic.exporter import TrafficExporter
+
+        self.state = self._stack(Stack)
+        run_id = new_run_id(self.incident.id)
+        self.record = RunRecord.create(self.cfg.runs, self.cfg.keys_dir, run_id, {
+            "incident": self.incident.id, "seed": self.seed, "status": "running", "started": time.time(),
+            "api_url": self.state.api_url, "prometheus_url": self.state.prometheus_url, "page": None})
+        self._seal()
+        self.prom = PrometheusClient(self.state.prometheus_url)
+        with self.steps.step("starting canary probers"):
+            self.canary = _start_canary(self.state, self.record.dir / "canary.log")
+        self.exporter = TrafficExporter("drill", self.cfg.host, self.cfg.traffic_port, self.state.targets_dir,
+                                        linger_s=2 * self.cfg.scrape_interval_s)
+        self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
+                                     self.exporter).start()
+        self.t0_wall = time.time()
+        self.record.update_public(traffic_started=self.t0_wall)
+        self.record.event("traffic started", 0.0)
+
+    def _stack(self, Stack) -> StackState:
+        try:
+            state = StackState.load(self.cfg.state_file)
+            if state.prometheus_pid and PrometheusClient(state.prometheus_url).ready():
+                self.steps.note(f"reusing the running sandbox (run {state.run_id})")
+                return state
+        except NoStackError:
+            pass
+        self.started_stack = True
+        return Stack(self.cfg, self.steps).up()
+
+    # -- the timeline ----------------------------------------------------------------
+    def _follow_timeline(self) -> None:
+        pending = list(zip(self.plan.events, self.faults))
+        rng = random.Random(f"faults/{self.plan.incident_id}/{self.plan.variant}/{self.seed}")
+        while True:
+            t = self.traffic.elapsed()
+            while pending and pending[0][0].at_s <= t:
+                event, faults = pending.pop(0)
+                self._inject(event, faults, rng)
+            self._poll_alerts(self.traffic.elapsed())
+            if self.traffic.error is not None:
+                raise RuntimeError(f"the traffic generator failed: {self.traffic.error!r}")
+            if t >= self.plan.duration_s:
+                return
+            time.sleep(self.poll_s)
+
+    def _inject(self, event, faults, rng: random.Random) -> None:
+        from faults.base import FaultContext
+
+        ctx = FaultContext(self.cfg, StackState.load(self.cfg.state_file), rng, log=lambda *_: None)
+        for fault in faults:
+            at = self.traffic.elapsed()
+            self.injected.append(fault)  # before inject: a half-done injection is reverted too
+            fault.inject(ctx)
+            self.fault_log.append({"at_s": round(at, 1), "event": event.kind, "spec": _spec(fault),
+                                   "location": fault.location()})
+        self._seal()
+        state = StackState.load(self.cfg.state_file)
+        if self.state and state.version != self.state.version:  # deploys are public, as in any deploy log
+            self.record.event("deploy", self.traffic.elapsed(), version=state.version)
+        self.state = state
+
+    def _poll_alerts(self, t: float) -> None:
+        try:
+            firing = self.prom.firing_alerts()
+        except PrometheusError:
+            return
+        for alert in firing:
+            name = alert["labels"].get("alertname")
+            if t < self.plan.inject_at_s:
+                self.early_alerts.append({"at_s": round(t, 1), "alert": name})
+            if self.page is None and name == self.incident.page.alert and t >= self.plan.inject_at_s:
+                self.page = {"alert": name, "summary": alert.get("annotations", {}).get("summary", ""),
+                             "description": alert.get("annotations", {}).get("description", ""),
+                             "active_at": alert.get("activeAt"), "paged_at": time.time(), "at_s": round(t, 1)}
+                self.record.update_public(page=self.page)
+                self.record.event("page", t, alert=name)
+                self._seal()
+                if self.on_page:
+                    self.on_page(self.page)
+
+    # -- the end -----------------------------------------------------------------
+    def _teardown(self, status: str, error: str | None) -> None:
+        errors = []
+        if self.injected:
+            from faults.base import FaultContext
+            from faults.registry import revert_all
+
+            with self.steps.step("reverting the injected changes"):
+                ctx = FaultContext(self.cfg, StackState.load(self.cfg.state_file), random.Random(0),
+                                   log=lambda *_: None)
+                errors += [f"revert: {e}" for e in revert_all(self.injected, ctx)]
+        if self.traffic is not None:
+            with self.steps.step("stopping traffic"):
+                self.traffic.stop()
+        if self.canary is not None:
+            stop_pid(self.canary.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.canary.wait(5)
+        if self.exporter is not None:
+            self.exporter.close()
+        if self.record is not None:
+            self._keep_prometheus_data(errors)
+            self._seal(status=status)
+            self.record.event("drill ended", self.traffic.elapsed() if self.traffic else None, status=status)
+            self.record.update_public(status=status, ended=time.time(), error=error if status == "failed" else None)
+        if self.prom is not None:
+            self.prom.close()
+        if self.started_stack and not self.keep_up:
+            from sandbox.stack import Stack
+
+            try:
+                Stack(self.cfg, self.steps).down()
+            except RuntimeError as e:
+                errors.append(str(e))
+        if errors:
+            raise RuntimeError("drill clean-up incomplete: " + "; ".join(errors))
+
+    def _keep_prometheus_data(self, errors: list) -> None:
+        try:
+            with self.steps.step("keeping the run's Prometheus data"):
+                name = self.prom.snapshot()
+                data_dir = Path(self.state.run_dir) / "prometheus-data" / "snapshots" / name
+                self.record.keep_prometheus_snapshot(data_dir)
+        except (PrometheusError, OSError) as e:
+            errors.append(f"prometheus snapshot: {e}")
+
+    def _seal(self, status: str = "running") -> None:
+        variant = self.incident.variants[self.plan.variant]
+        self.record.seal({"variant": self.plan.variant, "plan": self.plan.to_dict(), "status": status,
+                          "answer": _resolved_answer(variant.answer, self.fault_log, self.state),
+                          "faults": self.fault_log, "early_alerts": self.early_alerts, "page": self.page,
+                          "traffic_started": self.t0_wall, "stack_run_dir": self.state.run_dir if self.state else None})
+
+
+def _resolved_answer(answer, fault_log: list[dict], state: StackState | None) -> dict:
+    """The answer key with `injected` locations replaced by what the faults actually targeted."""
+    loc = dict(answer.location) if isinstance(answer.location, dict) else vars(answer.location).copy()
+    injected = [f["location"] for f in fault_log if f["event"] == "inject"]
+    for key in ("replica", "version"):
+        if loc.get(key) == "injected":
+            loc[key] = next((l.get(key) for l in injected if l.get(key)), None)
+    return {"root_cause": answer.root_cause, "remediation": list(answer.remediation), "location": loc,
+            "evidence": list(answer.evidence)}
+
+
+def _spec(fault) -> dict:
+    spec = getattr(fault, "spec", None)
+    if isinstance(spec, dict):
+        return spec
+    return {k: v for k, v in vars(fault).items() if not k.startswith("_") and isinstance(v, (str, int, float, dict))}
+
+
+def _start_canary(state: StackState, log_file: Path) -> subprocess.Popen:
+    log = open(log_file, "ab")  # noqa: SIM115 - the child keeps it; closed when we exit
+    return subprocess.Popen([sys.executable, "-m", "sandbox.canary", "--api", state.api_url, "--model",
+                             state.model_name, "--targets-dir", str(state.targets_dir)],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _raise_interrupted(signum, frame):
+    raise DrillInterrupted(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _deferred_signals():
+    """Clean-up runs to the end: a second Ctrl-C or SIGTERM during it waits until it is done."""
+    received = []
+    old = {s: signal.signal(s, lambda n, f: received.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -1,0 +1,102 @@
+"""The drill's traffic: open-loop Poisson arrivals whose rate and profile follow the plan.
+
+Runs in its own thread with its own event loop, so the drill's main thread can
+follow the timeline, poll alerts and handle Ctrl-C. Client-side metrics go to
+the traffic exporter under one neutral profile label (`drill`): the label must
+not tell the candidate that the request mix changed.
+
+Like real users, a small share of clients give up early (`abandon_share`):
+they close the connection after a short wait, the server aborts the request,
+and the client counts it as status 499 (nginx's "client closed request").
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+
+import httpx
+
+from sandbox.traffic.generator import RequestResult, TrafficStats, send_request
+from sandbox.traffic.profiles import get_profile
+
+
+class TrafficRunner:
+    def __init__(self, api_url: str, model: str, plan, seed: int, exporter=None, max_in_flight: int = 256,
+                 abandon_share: float = 0.05, abandon_after_s: tuple[float, float] = (0.3, 1.5)):
+        if not 0 <= abandon_share < 1:
+            raise ValueError(f"abandon_share must be in [0, 1), got {abandon_share!r}")
+        self.abandon_share, self.abandon_after_s = abandon_share, abandon_after_s
+        self.dropped = 0  # arrivals not sent because max_in_flight requests were already waiting
+        self.api_url, self.model, self.plan = api_url, model, plan
+        self.rng = random.Random(f"traffic/{seed}")
+        self.exporter = exporter
+        self.max_in_flight = max_in_flight
+        self.stats = TrafficStats()
+        self.started_at: float | None = None  # monotonic time of t=0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="drill-traffic", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> TrafficRunner:
+        self.started_at = time.monotonic()
+        self._thread.start()
+        return self
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started_at is None else time.monotonic() - self.started_at
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop sending; wait up to timeout_s for the requests in flight."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except BaseException as e:  # noqa: BLE001 - reported by the drill, never silent
+            self.error = e
+
+    async def _run(self) -> None:
+        limits = httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=64)
+        timeout = httpx.Timeout(120.0, connect=10.0)
+        pending: set[asyncio.Task] = set()
+        async with httpx.AsyncClient(base_url=self.api_url, limits=limits, timeout=timeout) as client:
+            async def one(req, give_up_s: float | None) -> None:
+                if self.exporter:
+                    self.exporter.started()
+                t0 = time.perf_counter()
+                try:
+                    result = await asyncio.wait_for(send_request(client, req, self.model), give_up_s)
+                except asyncio.TimeoutError:
+                    result = RequestResult("499", time.perf_counter() - t0)
+                self.stats.add(result)
+                if self.exporter:
+                    self.exporter.finished(result.status, result.e2e_s, result.ttft_s, result.completion_tokens)
+
+            self.stats.started_at = self.started_at
+            t = 0.0
+            while not self._stop.is_set():
+                seg = self.plan.segment_at(t)
+                t += self.rng.expovariate(seg.rate)
+                if t >= self.plan.duration_s:
+                    break
+                while not self._stop.is_set() and (wait := t - self.elapsed()) > 0:
+                    await asyncio.sleep(min(wait, 0.25))
+                if self._stop.is_set():
+                    break
+                req = get_profile(self.plan.segment_at(t).profile).sample(self.rng)
+                give_up = (self.rng.uniform(*self.abandon_after_s) if self.rng.random() < self.abandon_share
+                           else None)
+                if len(pending) >= self.max_in_flight:  # the client side saturates, as a real one would
+                    self.dropped += 1
+                    continue
+                task = asyncio.create_task(one(req, give_up))
+                self.stats.sent += 1
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            if pending:
+                await asyncio.wait(pending, timeout=30)
+                for task in pending:
+                    task.cancel()

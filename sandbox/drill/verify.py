@@ -1,0 +1,123 @@
+"""`sandbox verify`: is this variant a fair drill? Checked on a real headless run, from Prometheus.
+
+  (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
+  (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
+               every sibling variant at least one signal contradicts the sibling's signature;
+  (c) quiet    the primary signal of every other incident (with another symptom) stays within noise.
+
+A signal's direction compares its mean over the incident window with the
+baseline window: `up` / `down` when the change exceeds both 3 standard
+deviations of the baseline samples and 20 % of the baseline mean (or a small
+absolute floor for signals near zero), else `flat`.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+PAGE_WITHIN_S = 120.0
+WARMUP_S = 30.0  # the first seconds of traffic fill caches and rate windows: not baseline
+SETTLE_S = 30.0  # rate windows need this long after the injection to show the new regime
+REL_CHANGE = 0.2
+SIGMAS = 3.0
+ABS_FLOOR = 1e-3
+
+
+@dataclass
+class Observed:
+    signal: str
+    baseline: float | None
+    incident: float | None
+    noise: float
+    direction: str  # up | down | flat | no data
+
+    def to_dict(self) -> dict:
+        r = lambda v: None if v is None else round(v, 4)  # noqa: E731
+        return {"signal": self.signal, "baseline": r(self.baseline), "incident": r(self.incident),
+                "noise": r(self.noise), "direction": self.direction}
+
+
+def _samples(prom, expr: str, start: float, end: float, step_s: float) -> list[float]:
+    if end - start < step_s:
+        return []
+    rows = prom.query_range(expr, start, end, step_s)
+    by_time: dict[float, float] = {}
+    for row in rows:  # several series (e.g. by replica): the largest, the one that would page
+        for ts, v in row["values"]:
+            f = float(v)
+            if math.isfinite(f):
+                by_time[ts] = max(by_time.get(ts, -math.inf), f)
+    return [by_time[t] for t in sorted(by_time)]
+
+
+def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float, step_s: float = 2.0) -> Observed:
+    base = _samples(prom, expr, t0 + WARMUP_S, t0 + inject_s, step_s)
+    inc = _samples(prom, expr, t0 + inject_s + SETTLE_S, t0 + end_s, step_s)
+    if not base or not inc:
+        return Observed(name, statistics.fmean(base) if base else None, statistics.fmean(inc) if inc else None,
+                        0.0, "no data")
+    b, i = statistics.fmean(base), statistics.fmean(inc)
+    noise = statistics.pstdev(base) if len(base) > 1 else 0.0
+    threshold = max(SIGMAS * noise, REL_CHANGE * abs(b), ABS_FLOOR)
+    direction = "up" if i - b > threshold else "down" if b - i > threshold else "flat"
+    return Observed(name, b, i, noise, direction)
+
+
+def first_firing(prom, alert: str, start: float, end: float) -> float | None:
+    rows = prom.query_range(f'ALERTS{{alertname="{alert}",alertstate="firing"}}', start, end, 1.0)
+    times = [float(ts) for row in rows for ts, v in row["values"] if float(v) == 1]
+    return min(times) if times else None
+
+
+def baseline_alerts(prom, start: float, end: float) -> list[str]:
+    if end <= start:
+        return []
+    rows = prom.query_range('ALERTS{alertstate="firing"}', start, end, 1.0)
+    return sorted({row["metric"].get("alertname", "?") for row in rows})
+
+
+def check_run(drill, prom, catalogue: dict) -> dict:
+    """All three checks for a drill that has just run its timeline (Prometheus still up)."""
+    incident, plan = drill.incident, drill.plan
+    t0 = drill.t0_wall
+    inject_wall = t0 + (drill.fault_log[0]["at_s"] if drill.fault_log else plan.inject_at_s)
+    inject_s = inject_wall - t0
+    end_s = drill.traffic.elapsed()
+    checks = {}
+
+    fired = first_firing(prom, incident.page.alert, inject_wall, t0 + end_s)
+    early = baseline_alerts(prom, t0, inject_wall)
+    delay = None if fired is None else round(fired - inject_wall, 1)
+    checks["page"] = {"pass": delay is not None and delay <= PAGE_WITHIN_S and not early,
+                      "alert": incident.page.alert, "seconds_to_page": delay, "baseline_alerts": early}
+
+    observed = {name: observe(prom, name, expr, t0, inject_s, end_s) for name, expr in incident.signals.items()}
+    variant = incident.variants[plan.variant]
+    own = {s: (want, observed[s].direction) for s, want in variant.signature.items()}
+    own_ok = all(want == got for want, got in own.values())
+    siblings = {}
+    for name, sib in incident.variants.items():
+        if name == plan.variant:
+            continue
+        contradicting = [s for s, want in sib.signature.items()
+                         if observed[s].direction not in ("no data", want)]
+        siblings[name] = {"separated": bool(contradicting), "by": contradicting}
+    checks["separation"] = {"pass": own_ok and all(s["separated"] for s in siblings.values()),
+                            "own_signature": {s: {"expected": w, "observed": g} for s, (w, g) in own.items()},
+                            "siblings": siblings, "signals": [o.to_dict() for o in observed.values()]}
+
+    quiet = {}
+    own_primary = incident.signals[incident.primary]
+    for other in catalogue.values():
+        if other.id == incident.id or other.page.alert == incident.page.alert:
+            continue
+        expr = other.signals[other.primary]
+        if expr == own_primary:
+            continue
+        o = observe(prom, other.primary, expr, t0, inject_s, end_s)
+        quiet[other.id] = o.to_dict()
+    checks["others_quiet"] = {"pass": all(q["direction"] in ("flat", "no data") for q in quiet.values()),
+                              "primary_signals": quiet}
+    checks["pass"] = all(c["pass"] for c in checks.values() if isinstance(c, dict))
+    return checks
