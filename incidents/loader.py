@@ -1,0 +1,77 @@
+"""Load incident scripts from disk, validated, and pick a variant by seed.
+
+    incident = load_incident("incidents/ttft-after-deploy.yaml")
+    variant = choose_variant(incident, seed=7)
+
+Validation needs promtool (signals are parsed by Prometheus' own parser); a missing promtool
+raises `promql.PromtoolNotFound` rather than passing a file unchecked.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from incidents.parser import parse_incident
+from incidents.schema import FaultValidator, Incident, Variant
+from incidents.source import IncidentError, Problem, Problems, load_marked
+
+
+def check_fault_type(spec: dict[str, Any]) -> None:
+    """The fallback fault check when faults/ offers no validator: a spec names its type."""
+    if not isinstance(spec.get("type"), str) or not spec["type"].strip():
+        raise ValueError("type: a fault names its type (a non-empty string)")
+
+
+def default_fault_validator() -> FaultValidator:
+    """faults.registry.build (raises ValueError naming the field) when importable, else check_fault_type."""
+    try:
+        from faults.registry import build
+    except ImportError:
+        try:
+            from faults import build
+        except ImportError:
+            return check_fault_type
+    return build
+
+
+def traffic_profiles() -> set[str] | None:
+    """The traffic profile names, or None (not checked) when the traffic package cannot be imported."""
+    try:
+        from sandbox.traffic.profiles import PROFILES
+    except ImportError:
+        return None
+    return set(PROFILES)
+
+
+def load_incident(path: str | Path, fault_validator: FaultValidator | None = None) -> Incident:
+    """Read and validate one incident file; IncidentError lists every problem as FILE:LINE: field: message."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise IncidentError([Problem(str(path), 1, "", f"cannot read: {e.strerror or e}")]) from e
+    data, lines = load_marked(text, str(path))
+    return parse_incident(data, Problems(str(path), lines), path.stem,
+                          fault_validator or default_fault_validator(), traffic_profiles())
+
+
+def load_catalogue(dir: str | Path = "incidents", fault_validator: FaultValidator | None = None) -> dict[str, Incident]:
+    """Every `*.yaml` in `dir`, by id (sorted); one IncidentError for all the files' problems."""
+    incidents, problems = {}, []
+    for path in sorted(Path(dir).glob("*.yaml")):
+        try:
+            incident = load_incident(path, fault_validator)
+        except IncidentError as e:
+            problems.extend(e.problems)
+        else:
+            incidents[incident.id] = incident
+    if problems:
+        raise IncidentError(problems)
+    return incidents
+
+
+def choose_variant(incident: Incident, seed: int | str) -> Variant:
+    """The seeded, weighted choice among the incident's variants (in file order); same seed, same variant."""
+    rng = random.Random(seed)
+    return rng.choices(incident.variants, weights=[v.weight for v in incident.variants])[0]

@@ -1,0 +1,274 @@
+"""Validation of incident scripts: marked YAML data in, a typed `Incident` out, or every problem at once.
+
+Each problem reads FILE:LINE: field.path: message. Fault specs go to the `fault_validator` hook
+(faults/ owns their fields); all signals of a file are parsed in one promtool run.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from incidents import promql, taxonomy
+from incidents.reader import IDENTIFIER, KEBAB, Reader
+from incidents.schema import (
+    DIRECTIONS,
+    INJECTED,
+    AnswerKey,
+    Event,
+    FaultValidator,
+    Incident,
+    Location,
+    Page,
+    Peak,
+    Timeline,
+    Traffic,
+    TrafficChange,
+    Variant,
+)
+from incidents.source import Path_, Problems
+
+
+def parse_incident(data: Any, problems: Problems, stem: str, fault_validator: FaultValidator,
+                   profiles: set[str] | None) -> Incident:
+    """Build an Incident from marked data, or raise IncidentError listing every problem."""
+    r = Reader(problems)
+    top = r.mapping(data, (), required=("id", "page", "traffic", "timeline", "signals", "primary", "variants"))
+    incident_id = _incident_id(r, top, stem)
+    page = _section(r, top, "page", required=("alert",))
+    alert = r.string(page, ("page",), "alert", pattern=IDENTIFIER, what="an identifier (an alert rule name)")
+    timeline = _timeline(r, top, fault_validator)
+    traffic = _traffic(r, top, timeline, profiles)
+    signals = _signals(r, top)
+    primary = r.string(top, (), "primary")
+    if primary is not None and signals is not None and primary not in signals:
+        r.error(("primary",), f"{primary!r} is not a declared signal{taxonomy.suggestion(primary, signals)}")
+    variants = _variants(r, top, signals, fault_validator, profiles)
+    problems.raise_if_any()
+    return Incident(incident_id, problems.file, Page(alert), traffic, timeline, signals, primary, variants)
+
+
+def _incident_id(r: Reader, top: dict | None, stem: str) -> str | None:
+    incident_id = r.string(top, (), "id", pattern=KEBAB, what="kebab-case (a-z, 0-9, single dashes)")
+    if incident_id is None:
+        return None
+    if incident_id != stem:
+        r.error(("id",), f"{incident_id!r} must equal the file name stem {stem!r}")
+    for cause in taxonomy.ROOT_CAUSES:
+        if cause.id in incident_id:
+            r.error(("id",), f"{incident_id!r} names the root cause {cause.id!r}; incident ids name the symptom")
+    return incident_id
+
+
+def _section(r: Reader, top: dict | None, key: str, **keys) -> dict | None:
+    return r.mapping(top[key], (key,), **keys) if top is not None and key in top else None
+
+
+def _timeline(r: Reader, top: dict | None, fault_validator: FaultValidator) -> Timeline | None:
+    path: Path_ = ("timeline",)
+    m = _section(r, top, "timeline", required=("baseline_s", "inject_at_s", "duration_s"),
+                 optional=("jitter_s", "events"))
+    baseline, inject = r.number(m, path, "baseline_s"), r.number(m, path, "inject_at_s")
+    jitter, duration = r.number(m, path, "jitter_s", default=0.0), r.number(m, path, "duration_s", positive=True)
+    if baseline is not None and inject is not None and inject < baseline:
+        r.error(path + ("inject_at_s",), f"must be >= baseline_s ({baseline:g}), got {inject:g}: "
+                                         "injection may not start inside the baseline")
+    if None not in (inject, jitter, duration) and inject + jitter >= duration:
+        r.error(path + ("inject_at_s",), f"inject_at_s + jitter_s ({inject + jitter:g}) must be < duration_s "
+                                         f"({duration:g})")
+    events = []
+    for i, item in enumerate(r.sequence(m, path, "events") or []):
+        ipath = path + ("events", i)
+        e = r.mapping(item, ipath, required=("at_s", "fault"))
+        at = r.number(e, ipath, "at_s")
+        if at is not None and duration is not None and at > duration:
+            r.error(ipath + ("at_s",), f"must be <= duration_s ({duration:g}), got {at:g}")
+        if e is not None and "fault" in e:
+            _fault(r, e["fault"], ipath + ("fault",), fault_validator)
+        events.append(Event(at, e.get("fault") if e else None))
+    return Timeline(baseline, inject, jitter, duration, tuple(events)) if m is not None else None
+
+
+def _traffic(r: Reader, top: dict | None, timeline: Timeline | None, profiles: set[str] | None) -> Traffic | None:
+    path: Path_ = ("traffic",)
+    m = _section(r, top, "traffic", required=("profile", "rate"), optional=("peaks",))
+    profile = _profile(r, m, path, profiles)
+    rate = r.number(m, path, "rate", positive=True)
+    peaks = []
+    for i, item in enumerate(r.sequence(m, path, "peaks") or []):
+        ipath = path + ("peaks", i)
+        p = r.mapping(item, ipath, required=("at_s", "duration_s", "rate"))
+        at, length = r.number(p, ipath, "at_s"), r.number(p, ipath, "duration_s", positive=True)
+        peak_rate = r.number(p, ipath, "rate", positive=True)
+        end = timeline.duration_s if timeline is not None else None
+        if None not in (at, length, end) and at + length > end:
+            r.error(ipath, f"peak ends at {at + length:g} s, after timeline.duration_s ({end:g})")
+        peaks.append(Peak(at, length, peak_rate))
+    return Traffic(profile, rate, tuple(peaks)) if m is not None else None
+
+
+def _profile(r: Reader, m: dict | None, path: Path_, profiles: set[str] | None) -> str | None:
+    name = r.string(m, path, "profile")
+    if name is not None and profiles is not None and name not in profiles:
+        r.error(path + ("profile",), f"unknown traffic profile {name!r}{taxonomy.suggestion(name, profiles)}; "
+                                     f"profiles: {', '.join(sorted(profiles))}")
+    return name
+
+
+def _signals(r: Reader, top: dict | None) -> dict[str, str] | None:
+    m = _section(r, top, "signals", closed=False)
+    if m is None:
+        return None
+    if not m:
+        r.error(("signals",), "declare at least one signal")
+    valid = {}
+    for name in m:
+        if not IDENTIFIER.fullmatch(name):
+            r.error(("signals", name), f"signal name {name!r} is not an identifier")
+        expr = r.string(m, ("signals",), name)
+        if expr is not None:
+            valid[name] = expr
+    for (name, expr), error in zip(valid.items(), promql.check_many(list(valid.values()))):
+        if error is not None:
+            r.error(("signals", name), f"PromQL does not parse: {error}")
+    return dict(m)
+
+
+def _fault(r: Reader, spec: Any, path: Path_, fault_validator: FaultValidator) -> None:
+    if r.mapping(spec, path, closed=False) is None:
+        return
+    try:
+        fault_validator(spec)
+    except ValueError as e:
+        field, message = _fault_field(spec, e)
+        r.error(path + field, message)
+
+
+# A validator names the field first: "cpu_fraction: must be in (0, 1]". Dashes are left out so that
+# a message opening with a fault type ("cpu-throttle: ...") is not taken for a field.
+_FIELD_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*(?:\[\d+\])*): (.+)", re.DOTALL)
+
+
+def _fault_field(spec: dict, error: ValueError) -> tuple[Path_, str]:
+    """Where in the spec a validator's error points: the exception's `field` attribute, or a leading
+    'field.path: ' in its message; else the spec itself."""
+    message = str(error)
+    field = getattr(error, "field", None)
+    if not isinstance(field, str):
+        m = _FIELD_PREFIX.fullmatch(message)
+        if m is None:
+            return (), message
+        field, message = m.group(1), m.group(2)
+    parts: list[str | int] = []
+    node: Any = spec
+    rest = field.split(".")
+    while rest:  # keys may contain dots (`set: {engine.enable_prefix_caching: ...}`): take the longest that exists
+        n = next((n for n in range(len(rest), 0, -1) if isinstance(node, dict) and ".".join(rest[:n]) in node), 1)
+        key = ".".join(rest[:n])
+        parts.append(key)
+        node = node.get(key) if isinstance(node, dict) else None
+        rest = rest[n:]
+    return tuple(parts), message
+
+
+def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator: FaultValidator,
+              profiles: set[str] | None) -> tuple[Variant, ...]:
+    m = _section(r, top, "variants", closed=False)
+    if m is None:
+        return ()
+    if not m:
+        r.error(("variants",), "declare at least one variant")
+    variants = []
+    for key, value in m.items():
+        path: Path_ = ("variants", key)
+        if not KEBAB.fullmatch(key):
+            r.error(path, f"variant key {key!r} is not kebab-case (a-z, 0-9, single dashes)")
+        v = r.mapping(value, path, required=("signature", "answer"), optional=("weight", "faults", "traffic"))
+        weight = r.number(v, path, "weight", positive=True, default=1.0)
+        faults = r.sequence(v, path, "faults") or []
+        for i, spec in enumerate(faults):
+            _fault(r, spec, path + ("faults", i), fault_validator)
+        traffic = None
+        if v is not None and "traffic" in v:
+            t = r.mapping(v["traffic"], path + ("traffic",), optional=("profile", "rate"))
+            if t is not None and not t:
+                r.error(path + ("traffic",), "name a profile, a rate or both (or leave traffic out)")
+            traffic = TrafficChange(_profile(r, t, path + ("traffic",), profiles),
+                                    r.number(t, path + ("traffic",), "rate", positive=True))
+        signature = _signature(r, v, path, signals)
+        answer = _answer(r, v, path, signals, signature, faults)
+        variants.append(Variant(key, weight, tuple(faults), traffic, signature, answer))
+    return tuple(variants)
+
+
+def _declared(r: Reader, name: Any, path: Path_, signals: dict | None) -> bool:
+    if not isinstance(name, str):
+        r.error(path, f"expected a signal name, got {name!r}")
+        return False
+    if signals is not None and name not in signals:
+        r.error(path, f"{name!r} is not a declared signal{taxonomy.suggestion(name, signals)}; "
+                      f"signals: {', '.join(signals)}")
+        return False
+    return True
+
+
+def _signature(r: Reader, v: dict | None, path: Path_, signals: dict | None) -> dict[str, str]:
+    m = r.mapping(v["signature"], path + ("signature",), closed=False) if v is not None and "signature" in v else None
+    if m is not None and not m:
+        r.error(path + ("signature",), "give the expected direction of at least one signal")
+    for name, direction in (m or {}).items():
+        spath = path + ("signature", name)
+        _declared(r, name, spath, signals)
+        r.choice(direction, spath, DIRECTIONS, "direction")
+    return dict(m or {})
+
+
+def _answer(r: Reader, v: dict | None, path: Path_, signals: dict | None, signature: dict,
+            faults: list) -> AnswerKey | None:
+    path = path + ("answer",)
+    m = r.mapping(v["answer"], path, required=("root_cause", "remediation", "location", "evidence")) \
+        if v is not None and "answer" in v else None
+    cause = r.string(m, path, "root_cause")
+    if cause is not None:
+        try:
+            taxonomy.root_cause(cause)
+        except ValueError as e:
+            r.error(path + ("root_cause",), str(e))
+    remedies = r.sequence(m, path, "remediation", non_empty=True) or []
+    for i, remedy in enumerate(remedies):
+        try:
+            taxonomy.remediation(remedy if isinstance(remedy, str) else repr(remedy))
+        except ValueError as e:
+            r.error(path + ("remediation", i), str(e))
+    location = _location(r, m, path, faults)
+    evidence = r.sequence(m, path, "evidence", non_empty=True) or []
+    for i, name in enumerate(evidence):
+        if _declared(r, name, path + ("evidence", i), signals) and name not in signature:
+            r.error(path + ("evidence", i), f"evidence signal {name!r} has no expected direction in signature")
+    return AnswerKey(cause, tuple(remedies), location, tuple(evidence)) if m is not None else None
+
+
+def _location(r: Reader, answer: dict | None, path: Path_, faults: list) -> Location | None:
+    path = path + ("location",)
+    m = r.mapping(answer["location"], path, required=("replica", "version", "component")) \
+        if answer is not None and "location" in answer else None
+    if m is None:
+        return None
+    replica, version = (_null_or_injected(r, m, path, key) for key in ("replica", "version"))
+    component = m.get("component")
+    if component is not None:
+        component = r.string(m, path, "component", pattern=KEBAB, what="kebab-case (or null)")
+    specs = [f for f in faults if isinstance(f, dict)]
+    if replica == INJECTED and not any("replica" in f for f in specs):
+        r.error(path + ("replica",), "is 'injected' but no fault of this variant targets a replica")
+    if version == INJECTED and not any(f.get("type") == "deploy" for f in specs):
+        r.error(path + ("version",), "is 'injected' but no fault of this variant is a deploy")
+    return Location(replica, version, component)
+
+
+def _null_or_injected(r: Reader, m: dict, path: Path_, key: str) -> str | None:
+    value = m.get(key)
+    if value not in (None, INJECTED):
+        r.error(path + (key,), f"must be null (does not matter) or {INJECTED!r} (resolved at injection), "
+                               f"got {value!r}")
+        return None
+    return value
