@@ -67,6 +67,7 @@ class Drill:
         self.keep_up = keep_up
         self.poll_s = poll_s
         self.faults = build_faults(self.plan)
+        self.setup = _setup_fault(incident)  # the incident's healthy baseline settings, deployed before traffic
         self.injected: list = []
         self.fault_log: list[dict] = []
         self.page: dict | None = None
@@ -114,6 +115,11 @@ class Drill:
             "api_url": self.state.api_url, "prometheus_url": self.state.prometheus_url, "page": None})
         self._seal()
         self.prom = PrometheusClient(self.state.prometheus_url)
+        if self.setup is not None:
+            with self.steps.step("deploying this incident's baseline settings"):
+                self._apply(self.setup, "setup", random.Random(0))
+            self.state = StackState.load(self.cfg.state_file)
+            self.record.event("deploy", None, version=self.state.version)
         with self.steps.step("starting canary probers"):
             self.canary = _start_canary(self.state, self.record.dir / "canary.log")
         self.exporter = TrafficExporter("drill", self.cfg.host, self.cfg.traffic_port, self.state.targets_dir,
@@ -151,21 +157,35 @@ class Drill:
                 return
             time.sleep(self.poll_s)
 
-    def _inject(self, event, faults, rng: random.Random) -> None:
+    def _apply(self, fault, kind: str, rng: random.Random) -> None:
         from faults.base import FaultContext
 
         ctx = FaultContext(self.cfg, StackState.load(self.cfg.state_file), rng, log=lambda *_: None)
+        at = self.traffic.elapsed() if self.traffic else None
+        self.injected.append(fault)  # before inject: a half-done injection is reverted too
+        fault.inject(ctx)
+        self.fault_log.append({"at_s": None if at is None else round(at, 1), "event": kind, "spec": _spec(fault),
+                               "location": fault.location()})
+
+    def _inject(self, event, faults, rng: random.Random) -> None:
+        if event.kind == "inject" and self.incident.page.alert is None:
+            self._show_report(self.traffic.elapsed())
         for fault in faults:
-            at = self.traffic.elapsed()
-            self.injected.append(fault)  # before inject: a half-done injection is reverted too
-            fault.inject(ctx)
-            self.fault_log.append({"at_s": round(at, 1), "event": event.kind, "spec": _spec(fault),
-                                   "location": fault.location()})
+            self._apply(fault, event.kind, rng)
         self._seal()
         state = StackState.load(self.cfg.state_file)
         if self.state and state.version != self.state.version:  # deploys are public, as in any deploy log
             self.record.event("deploy", self.traffic.elapsed(), version=state.version)
         self.state = state
+
+    def _show_report(self, t: float) -> None:
+        """A control drill pages by a person's report, not an alert."""
+        self.page = {"alert": None, "summary": self.incident.page.report, "description": "",
+                     "active_at": None, "paged_at": time.time(), "at_s": round(t, 1)}
+        self.record.update_public(page=self.page)
+        self.record.event("page", t, report=True)
+        if self.on_page:
+            self.on_page(self.page)
 
     def _poll_alerts(self, t: float) -> None:
         try:
@@ -176,7 +196,8 @@ class Drill:
             name = alert["labels"].get("alertname")
             if t < self.plan.inject_at_s:
                 self.early_alerts.append({"at_s": round(t, 1), "alert": name})
-            if self.page is None and name == self.incident.page.alert and t >= self.plan.inject_at_s:
+            if (self.page is None and self.incident.page.alert and name == self.incident.page.alert
+                    and t >= self.plan.inject_at_s):
                 self.page = {"alert": name, "summary": alert.get("annotations", {}).get("summary", ""),
                              "description": alert.get("annotations", {}).get("description", ""),
                              "active_at": alert.get("activeAt"), "paged_at": time.time(), "at_s": round(t, 1)}
@@ -243,12 +264,23 @@ class Drill:
 def _resolved_answer(answer, fault_log: list[dict], state: StackState | None) -> dict:
     """The answer key with `injected` locations replaced by what the faults actually targeted."""
     loc = dict(answer.location) if isinstance(answer.location, dict) else vars(answer.location).copy()
-    injected = [f["location"] for f in fault_log if f["event"] == "inject"]
+    injected = [f["location"] or {} for f in fault_log if f["event"] == "inject"]
     for key in ("replica", "version"):
         if loc.get(key) == "injected":
             loc[key] = next((l.get(key) for l in injected if l.get(key)), None)
     return {"root_cause": answer.root_cause, "remediation": list(answer.remediation), "location": loc,
             "evidence": list(answer.evidence)}
+
+
+def _setup_fault(incident):
+    setup = getattr(incident, "setup", None)
+    if not setup:
+        return None
+    from faults.registry import build
+
+    fault = build({"type": "deploy", "set": dict(setup)})
+    fault.validate()
+    return fault
 
 
 def _spec(fault) -> dict:

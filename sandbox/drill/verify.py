@@ -81,16 +81,22 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     """All three checks for a drill that has just run its timeline (Prometheus still up)."""
     incident, plan = drill.incident, drill.plan
     t0 = drill.t0_wall
-    inject_wall = t0 + (drill.fault_log[0]["at_s"] if drill.fault_log else plan.inject_at_s)
+    injected = [f["at_s"] for f in drill.fault_log if f["event"] == "inject" and f["at_s"] is not None]
+    inject_wall = t0 + (injected[0] if injected else plan.inject_at_s)
     inject_s = inject_wall - t0
     end_s = drill.traffic.elapsed()
     checks = {}
 
-    fired = first_firing(prom, incident.page.alert, inject_wall, t0 + end_s)
     early = baseline_alerts(prom, t0, inject_wall)
-    delay = None if fired is None else round(fired - inject_wall, 1)
-    checks["page"] = {"pass": delay is not None and delay <= PAGE_WITHIN_S and not early,
-                      "alert": incident.page.alert, "seconds_to_page": delay, "baseline_alerts": early}
+    if incident.page.alert is None:  # a control drill: nothing may fire at all
+        later = baseline_alerts(prom, inject_wall, t0 + end_s)
+        checks["page"] = {"pass": not early and not later, "alert": None, "seconds_to_page": None,
+                          "baseline_alerts": early, "alerts_after_report": later}
+    else:
+        fired = first_firing(prom, incident.page.alert, inject_wall, t0 + end_s)
+        delay = None if fired is None else round(fired - inject_wall, 1)
+        checks["page"] = {"pass": delay is not None and delay <= PAGE_WITHIN_S and not early,
+                          "alert": incident.page.alert, "seconds_to_page": delay, "baseline_alerts": early}
 
     observed = {name: observe(prom, name, expr, t0, inject_s, end_s) for name, expr in incident.signals.items()}
     variant = incident.variants[plan.variant]
