@@ -10,7 +10,7 @@ from typing import Any
 
 from incidents import promql, taxonomy
 from incidents.reader import IDENTIFIER, KEBAB, Reader
-from incidents.schema import (
+from incidents.script import (
     DIRECTIONS,
     INJECTED,
     AnswerKey,
@@ -32,10 +32,11 @@ def parse_incident(data: Any, problems: Problems, stem: str, fault_validator: Fa
                    profiles: set[str] | None) -> Incident:
     """Build an Incident from marked data, or raise IncidentError listing every problem."""
     r = Reader(problems)
-    top = r.mapping(data, (), required=("id", "page", "traffic", "timeline", "signals", "primary", "variants"))
+    top = r.mapping(data, (), required=("id", "page", "traffic", "timeline", "signals", "primary", "variants"),
+                    optional=("setup",))
     incident_id = _incident_id(r, top, stem)
-    page = _section(r, top, "page", required=("alert",))
-    alert = r.string(page, ("page",), "alert", pattern=IDENTIFIER, what="an identifier (an alert rule name)")
+    page = _page(r, top)
+    setup = _setup(r, top, fault_validator)
     timeline = _timeline(r, top, fault_validator)
     traffic = _traffic(r, top, timeline, profiles)
     signals = _signals(r, top)
@@ -44,7 +45,7 @@ def parse_incident(data: Any, problems: Problems, stem: str, fault_validator: Fa
         r.error(("primary",), f"{primary!r} is not a declared signal{taxonomy.suggestion(primary, signals)}")
     variants = _variants(r, top, signals, fault_validator, profiles)
     problems.raise_if_any()
-    return Incident(incident_id, problems.file, Page(alert), traffic, timeline, signals, primary, variants)
+    return Incident(incident_id, problems.file, page, setup, traffic, timeline, signals, primary, variants)
 
 
 def _incident_id(r: Reader, top: dict | None, stem: str) -> str | None:
@@ -57,6 +58,31 @@ def _incident_id(r: Reader, top: dict | None, stem: str) -> str | None:
         if cause.id in incident_id:
             r.error(("id",), f"{incident_id!r} names the root cause {cause.id!r}; incident ids name the symptom")
     return incident_id
+
+
+def _page(r: Reader, top: dict | None) -> Page | None:
+    path: Path_ = ("page",)
+    m = _section(r, top, "page", required=("alert",), optional=("report",))
+    alert = m.get("alert") if m else None
+    if alert is not None:
+        alert = r.string(m, path, "alert", pattern=IDENTIFIER, what="an identifier (an alert rule name)")
+    report = r.string(m, path, "report")
+    if m is not None and "alert" in m and m["alert"] is None and "report" not in m:
+        r.error(path + ("report",), "a page with no alert (alert: null) needs a report: what a person says")
+    return Page(alert, report) if m is not None else None
+
+
+def _setup(r: Reader, top: dict | None, fault_validator: FaultValidator) -> dict[str, Any]:
+    """Settings deployed before traffic, checked as the `set` of a deploy fault."""
+    m = _section(r, top, "setup", closed=False)
+    if m is None:
+        return {}
+    try:
+        fault_validator({"type": "deploy", "set": dict(m)})
+    except ValueError as e:
+        field, message = _fault_field({"set": m}, e)
+        r.error(("setup",) + (field[1:] if field[:1] == ("set",) else field), message)
+    return dict(m)
 
 
 def _section(r: Reader, top: dict | None, key: str, **keys) -> dict | None:
@@ -78,13 +104,16 @@ def _timeline(r: Reader, top: dict | None, fault_validator: FaultValidator) -> T
     events = []
     for i, item in enumerate(r.sequence(m, path, "events") or []):
         ipath = path + ("events", i)
-        e = r.mapping(item, ipath, required=("at_s", "fault"))
+        e = r.mapping(item, ipath, required=("at_s",), optional=("fault", "note"))
         at = r.number(e, ipath, "at_s")
         if at is not None and duration is not None and at > duration:
             r.error(ipath + ("at_s",), f"must be <= duration_s ({duration:g}), got {at:g}")
         if e is not None and "fault" in e:
             _fault(r, e["fault"], ipath + ("fault",), fault_validator)
-        events.append(Event(at, e.get("fault") if e else None))
+        note = r.string(e, ipath, "note")
+        if e is not None and "fault" not in e and "note" not in e:
+            r.error(ipath, "an event needs a fault, a note or both")
+        events.append(Event(at, e.get("fault") if e else None, note))
     return Timeline(baseline, inject, jitter, duration, tuple(events)) if m is not None else None
 
 
@@ -171,13 +200,13 @@ def _fault_field(spec: dict, error: ValueError) -> tuple[Path_, str]:
 
 
 def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator: FaultValidator,
-              profiles: set[str] | None) -> tuple[Variant, ...]:
+              profiles: set[str] | None) -> dict[str, Variant]:
     m = _section(r, top, "variants", closed=False)
     if m is None:
-        return ()
+        return {}
     if not m:
         r.error(("variants",), "declare at least one variant")
-    variants = []
+    variants = {}
     for key, value in m.items():
         path: Path_ = ("variants", key)
         if not KEBAB.fullmatch(key):
@@ -189,15 +218,15 @@ def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator
             _fault(r, spec, path + ("faults", i), fault_validator)
         traffic = None
         if v is not None and "traffic" in v:
-            t = r.mapping(v["traffic"], path + ("traffic",), optional=("profile", "rate"))
+            t = r.mapping(v["traffic"], path + ("traffic",), optional=("profile", "rate_factor"))
             if t is not None and not t:
-                r.error(path + ("traffic",), "name a profile, a rate or both (or leave traffic out)")
+                r.error(path + ("traffic",), "name a profile, a rate_factor or both (or leave traffic out)")
             traffic = TrafficChange(_profile(r, t, path + ("traffic",), profiles),
-                                    r.number(t, path + ("traffic",), "rate", positive=True))
+                                    r.number(t, path + ("traffic",), "rate_factor", positive=True, default=1.0))
         signature = _signature(r, v, path, signals)
         answer = _answer(r, v, path, signals, signature, faults)
-        variants.append(Variant(key, weight, tuple(faults), traffic, signature, answer))
-    return tuple(variants)
+        variants[key] = Variant(key, weight, tuple(faults), traffic, signature, answer)
+    return variants
 
 
 def _declared(r: Reader, name: Any, path: Path_, signals: dict | None) -> bool:

@@ -1,99 +1,96 @@
-"""Typed incident scripts (see FORMAT.md): what `incidents.loader` returns once a file has passed validation.
+"""Incident scripts: load them validated, and pick a variant by seed. The types live in `incidents.script`.
 
-Fault specs stay raw dicts: their fields belong to `faults/`, which validates them.
+    incident = load_incident("incidents/ttft-after-deploy.yaml")
+    variant = choose_variant(incident, seed=7)
+
+Validation needs promtool (signals are parsed by Prometheus' own parser); a missing promtool
+raises `promql.PromtoolNotFound` rather than passing a file unchecked.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import random
+from pathlib import Path
 from typing import Any
 
-DIRECTIONS = ("up", "down", "flat")
-INJECTED = "injected"  # location.replica / location.version: resolved when the fault is injected
-
-FaultValidator = Callable[[dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class Page:
-    alert: str  # the alert rule whose firing pages the candidate
-
-
-@dataclass(frozen=True)
-class Peak:
-    at_s: float
-    duration_s: float
-    rate: float
-
-
-@dataclass(frozen=True)
-class Traffic:
-    profile: str
-    rate: float  # requests/s, Poisson
-    peaks: tuple[Peak, ...] = ()
+from incidents.parser import parse_incident
+from incidents.script import (  # noqa: F401 - re-exported: callers import the whole schema from here
+    DIRECTIONS,
+    INJECTED,
+    AnswerKey,
+    Event,
+    FaultValidator,
+    Incident,
+    Location,
+    Page,
+    Peak,
+    Timeline,
+    Traffic,
+    TrafficChange,
+    Variant,
+)
+from incidents.source import IncidentError, Problem, Problems, load_marked
 
 
-@dataclass(frozen=True)
-class TrafficChange:
-    """A variant's change to traffic at injection (decoys, surges); None keeps the incident's."""
-    profile: str | None = None
-    rate: float | None = None
+def check_fault_type(spec: dict[str, Any]) -> None:
+    """The fallback fault check when faults/ offers no validator: a spec names its type."""
+    if not isinstance(spec.get("type"), str) or not spec["type"].strip():
+        raise ValueError("type: a fault names its type (a non-empty string)")
 
 
-@dataclass(frozen=True)
-class Event:
-    at_s: float
-    fault: dict[str, Any]
+def default_fault_validator() -> FaultValidator:
+    """faults.registry.build, then the fault's own validate(), when faults/ is importable; else check_fault_type.
+
+    Both raise ValueError naming the field ("cpu_fraction: must be in (0, 1]"); neither touches the stack.
+    """
+    try:
+        from faults.registry import build
+    except ImportError:
+        return check_fault_type
+
+    def validate(spec: dict[str, Any]) -> None:
+        fault = build(spec)
+        if callable(getattr(fault, "validate", None)):
+            fault.validate()
+    return validate
 
 
-@dataclass(frozen=True)
-class Timeline:
-    baseline_s: float
-    inject_at_s: float
-    jitter_s: float
-    duration_s: float
-    events: tuple[Event, ...] = ()
+def traffic_profiles() -> set[str] | None:
+    """The traffic profile names, or None (not checked) when the traffic package cannot be imported."""
+    try:
+        from sandbox.traffic.profiles import PROFILES
+    except ImportError:
+        return None
+    return set(PROFILES)
 
 
-@dataclass(frozen=True)
-class Location:
-    replica: str | None  # None (does not matter) or INJECTED
-    version: str | None  # None (does not matter) or INJECTED
-    component: str | None
+def load_incident(path: str | Path, fault_validator: FaultValidator | None = None) -> Incident:
+    """Read and validate one incident file; IncidentError lists every problem as FILE:LINE: field: message."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise IncidentError([Problem(str(path), 1, "", f"cannot read: {e.strerror or e}")]) from e
+    data, lines = load_marked(text, str(path))
+    return parse_incident(data, Problems(str(path), lines), path.stem,
+                          fault_validator or default_fault_validator(), traffic_profiles())
 
 
-@dataclass(frozen=True)
-class AnswerKey:
-    root_cause: str
-    remediation: tuple[str, ...]  # accepted ids, best first
-    location: Location
-    evidence: tuple[str, ...]  # signal names that distinguish this variant
+def load_catalogue(dir: str | Path = "incidents", fault_validator: FaultValidator | None = None) -> dict[str, Incident]:
+    """Every `*.yaml` in `dir`, by id (sorted); one IncidentError for all the files' problems."""
+    incidents, problems = {}, []
+    for path in sorted(Path(dir).glob("*.yaml")):
+        try:
+            incident = load_incident(path, fault_validator)
+        except IncidentError as e:
+            problems.extend(e.problems)
+        else:
+            incidents[incident.id] = incident
+    if problems:
+        raise IncidentError(problems)
+    return incidents
 
 
-@dataclass(frozen=True)
-class Variant:
-    key: str
-    weight: float
-    faults: tuple[dict[str, Any], ...]
-    traffic: TrafficChange | None
-    signature: dict[str, str]  # signal name -> up | down | flat, versus baseline
-    answer: AnswerKey
-
-
-@dataclass(frozen=True)
-class Incident:
-    id: str
-    file: str
-    page: Page
-    traffic: Traffic
-    timeline: Timeline
-    signals: dict[str, str]  # name -> PromQL
-    primary: str
-    variants: tuple[Variant, ...]
-
-    def variant(self, key: str) -> Variant:
-        for v in self.variants:
-            if v.key == key:
-                return v
-        raise ValueError(f"incident {self.id!r} has no variant {key!r}; variants: "
-                         f"{', '.join(v.key for v in self.variants)}")
+def choose_variant(incident: Incident, seed: int | str) -> Variant:
+    """The seeded, weighted choice among the incident's variants (in file order); same seed, same variant."""
+    variants = list(incident.variants.values())
+    return random.Random(seed).choices(variants, weights=[v.weight for v in variants])[0]
