@@ -42,14 +42,14 @@ class DrillResult:
     checks: dict | None = None  # filled by `verify` (before_teardown)
 
 
-def build_faults(plan: DrillPlan) -> list[list]:
-    """Every fault of every planned event, built and validated; raises ValueError naming the problem."""
+def build_faults(plan: DrillPlan) -> list[list[tuple[dict, object]]]:
+    """(spec, fault) for every fault of every planned event, built and validated; ValueError names the problem."""
     from faults.registry import build
 
     built = []
     for ev in plan.events:
-        faults = [build(spec) for spec in ev.faults]
-        for f in faults:
+        faults = [(dict(spec), build(spec)) for spec in ev.faults]
+        for _, f in faults:
             f.validate()
         built.append(faults)
     return built
@@ -117,7 +117,7 @@ class Drill:
         self.prom = PrometheusClient(self.state.prometheus_url)
         if self.setup is not None:
             with self.steps.step("deploying this incident's baseline settings"):
-                self._apply(self.setup, "setup", random.Random(0))
+                self._apply(*self.setup, "setup", random.Random(0))
             self.state = StackState.load(self.cfg.state_file)
             self.record.event("deploy", None, version=self.state.version)
         with self.steps.step("starting canary probers"):
@@ -157,21 +157,21 @@ class Drill:
                 return
             time.sleep(self.poll_s)
 
-    def _apply(self, fault, kind: str, rng: random.Random) -> None:
+    def _apply(self, spec: dict, fault, kind: str, rng: random.Random) -> None:
         from faults.base import FaultContext
 
         ctx = FaultContext(self.cfg, StackState.load(self.cfg.state_file), rng, log=lambda *_: None)
         at = self.traffic.elapsed() if self.traffic else None
         self.injected.append(fault)  # before inject: a half-done injection is reverted too
         fault.inject(ctx)
-        self.fault_log.append({"at_s": None if at is None else round(at, 1), "event": kind, "spec": _spec(fault),
+        self.fault_log.append({"at_s": None if at is None else round(at, 1), "event": kind, "spec": spec,
                                "location": fault.location()})
 
     def _inject(self, event, faults, rng: random.Random) -> None:
         if event.kind == "inject" and self.incident.page.alert is None:
             self._show_report(self.traffic.elapsed())
-        for fault in faults:
-            self._apply(fault, event.kind, rng)
+        for spec, fault in faults:
+            self._apply(spec, fault, event.kind, rng)
         self._seal()
         state = StackState.load(self.cfg.state_file)
         if self.state and state.version != self.state.version:  # deploys are public, as in any deploy log
@@ -253,6 +253,9 @@ class Drill:
         except (PrometheusError, OSError) as e:
             errors.append(f"prometheus snapshot: {e}")
 
+    def sealed_answer(self) -> dict:
+        return _resolved_answer(self.incident.variants[self.plan.variant].answer, self.fault_log, self.state)
+
     def _seal(self, status: str = "running") -> None:
         variant = self.incident.variants[self.plan.variant]
         self.record.seal({"variant": self.plan.variant, "plan": self.plan.to_dict(), "status": status,
@@ -278,16 +281,10 @@ def _setup_fault(incident):
         return None
     from faults.registry import build
 
-    fault = build({"type": "deploy", "set": dict(setup)})
+    spec = {"type": "deploy", "set": dict(setup)}
+    fault = build(spec)
     fault.validate()
-    return fault
-
-
-def _spec(fault) -> dict:
-    spec = getattr(fault, "spec", None)
-    if isinstance(spec, dict):
-        return spec
-    return {k: v for k, v in vars(fault).items() if not k.startswith("_") and isinstance(v, (str, int, float, dict))}
+    return spec, fault
 
 
 def _start_canary(state: StackState, log_file: Path) -> subprocess.Popen:

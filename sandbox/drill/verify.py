@@ -125,5 +125,8 @@ def check_run(drill, prom, catalogue: dict) -> dict:
         quiet[other.id] = o.to_dict()
     checks["others_quiet"] = {"pass": all(q["direction"] in ("flat", "no data") for q in quiet.values()),
                               "primary_signals": quiet}
+    from sandbox.drill.leaks import scan_drill
+
+    checks["no_leaks"] = scan_drill(drill, prom)
     checks["pass"] = all(c["pass"] for c in checks.values() if isinstance(c, dict))
     return checks
