@@ -1,0 +1,41 @@
+"""The run directory: public files for the candidate, the answer sealed with a key kept elsewhere."""
+import json
+
+import pytest
+
+from sandbox.drill.record import RunRecord
+
+
+def test_the_sealed_answer_reads_back_only_with_its_key(tmp_path):
+    rec = RunRecord.create(tmp_path / "runs", tmp_path / "keys", "r1", {"incident": "slow-replica"})
+    rec.seal({"variant": "v", "answer": {"root_cause": "kernel-fallback"}})
+    assert b"kernel-fallback" not in rec.sealed_file.read_bytes()
+    assert RunRecord.open(rec.dir, tmp_path / "keys").unseal()["answer"]["root_cause"] == "kernel-fallback"
+    assert not rec.key_file.is_relative_to(rec.dir)
+
+
+def test_a_wrong_key_is_a_clear_error(tmp_path):
+    a = RunRecord.create(tmp_path / "runs", tmp_path / "keys", "a", {})
+    b = RunRecord.create(tmp_path / "runs", tmp_path / "keys", "b", {})
+    a.seal({"x": 1})
+    b.key_file.replace(a.key_file)
+    with pytest.raises(ValueError, match="is not the key of run a"):
+        a.unseal()
+
+
+def test_public_files_hold_the_incident_and_events_but_not_the_variant(tmp_path):
+    rec = RunRecord.create(tmp_path / "runs", tmp_path / "keys", "r2", {"incident": "oom-at-peak", "seed": 3})
+    rec.seal({"variant": "abort-path"})
+    rec.event("deploy", 12.5, version="v2")
+    rec.update_public(status="finished")
+    public = json.loads((rec.dir / "run.json").read_text())
+    assert public == {"run_id": "r2", "incident": "oom-at-peak", "seed": 3, "status": "finished"}
+    assert [e["kind"] for e in rec.events()] == ["deploy"] and rec.events()[0]["at_s"] == 12.5
+    visible = "".join(p.read_text() for p in rec.dir.glob("*.json*"))
+    assert "abort-path" not in visible
+
+
+def test_an_existing_run_directory_is_never_overwritten(tmp_path):
+    RunRecord.create(tmp_path / "runs", tmp_path / "keys", "same", {})
+    with pytest.raises(FileExistsError):
+        RunRecord.create(tmp_path / "runs", tmp_path / "keys", "same", {})
