@@ -182,7 +182,9 @@ def _fault_field(spec: dict, error: ValueError) -> tuple[Path_, str]:
     'field.path: ' in its message; else the spec itself."""
     message = str(error)
     field = getattr(error, "field", None)
-    if not isinstance(field, str):
+    if isinstance(field, str):
+        message = message.removeprefix(f"{field}: ")
+    else:
         m = _FIELD_PREFIX.fullmatch(message)
         if m is None:
             return (), message
