@@ -5,11 +5,10 @@ Each problem reads FILE:LINE: field.path: message. Fault specs go to the `fault_
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from incidents import promql, taxonomy
-from incidents.reader import IDENTIFIER, KEBAB, Reader
+from incidents.reader import IDENTIFIER, KEBAB, Reader, spec_field
 from incidents.script import (
     DIRECTIONS,
     INJECTED,
@@ -80,7 +79,7 @@ def _setup(r: Reader, top: dict | None, fault_validator: FaultValidator) -> dict
     try:
         fault_validator({"type": "deploy", "set": dict(m)})
     except ValueError as e:
-        field, message = _fault_field({"set": m}, e)
+        field, message = spec_field({"set": m}, e)
         r.error(("setup",) + (field[1:] if field[:1] == ("set",) else field), message)
     return dict(m)
 
@@ -168,37 +167,8 @@ def _fault(r: Reader, spec: Any, path: Path_, fault_validator: FaultValidator) -
     try:
         fault_validator(spec)
     except ValueError as e:
-        field, message = _fault_field(spec, e)
+        field, message = spec_field(spec, e)
         r.error(path + field, message)
-
-
-# A validator names the field first: "cpu_fraction: must be in (0, 1]". Dashes are left out so that
-# a message opening with a fault type ("cpu-throttle: ...") is not taken for a field.
-_FIELD_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*(?:\[\d+\])*): (.+)", re.DOTALL)
-
-
-def _fault_field(spec: dict, error: ValueError) -> tuple[Path_, str]:
-    """Where in the spec a validator's error points: the exception's `field` attribute, or a leading
-    'field.path: ' in its message; else the spec itself."""
-    message = str(error)
-    field = getattr(error, "field", None)
-    if isinstance(field, str):
-        message = message.removeprefix(f"{field}: ")
-    else:
-        m = _FIELD_PREFIX.fullmatch(message)
-        if m is None:
-            return (), message
-        field, message = m.group(1), m.group(2)
-    parts: list[str | int] = []
-    node: Any = spec
-    rest = field.split(".")
-    while rest:  # keys may contain dots (`set: {engine.enable_prefix_caching: ...}`): take the longest that exists
-        n = next((n for n in range(len(rest), 0, -1) if isinstance(node, dict) and ".".join(rest[:n]) in node), 1)
-        key = ".".join(rest[:n])
-        parts.append(key)
-        node = node.get(key) if isinstance(node, dict) else None
-        rest = rest[n:]
-    return tuple(parts), message
 
 
 def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator: FaultValidator,

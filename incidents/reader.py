@@ -98,3 +98,32 @@ class Reader:
         hint = suggestion(value, [c for c in choices if isinstance(c, str)]) if isinstance(value, str) else ""
         self.error(path, f"unknown {what} {value!r}{hint}; choose from {shown}")
         return None
+
+
+# A validator names the field first: "cpu_fraction: must be in (0, 1]". Dashes are left out so that
+# a message opening with a fault type ("cpu-throttle: ...") is not taken for a field.
+_FIELD_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*(?:\[\d+\])*): (.+)", re.DOTALL)
+
+
+def spec_field(spec: dict, error: ValueError) -> tuple[Path_, str]:
+    """Where in the spec a validator's error points: the exception's `field` attribute, or a leading
+    'field.path: ' in its message; else the spec itself."""
+    message = str(error)
+    field = getattr(error, "field", None)
+    if isinstance(field, str):
+        message = message.removeprefix(f"{field}: ")
+    else:
+        m = _FIELD_PREFIX.fullmatch(message)
+        if m is None:
+            return (), message
+        field, message = m.group(1), m.group(2)
+    parts: list[str | int] = []
+    node: Any = spec
+    rest = field.split(".")
+    while rest:  # keys may contain dots (`set: {engine.enable_prefix_caching: ...}`): take the longest that exists
+        n = next((n for n in range(len(rest), 0, -1) if isinstance(node, dict) and ".".join(rest[:n]) in node), 1)
+        key = ".".join(rest[:n])
+        parts.append(key)
+        node = node.get(key) if isinstance(node, dict) else None
+        rest = rest[n:]
+    return tuple(parts), message
