@@ -12,7 +12,7 @@ from incidents.schema import (
     load_catalogue,
     load_incident,
 )
-from tests.incidents.conftest import VALID, edit, fake_faults, line_of, problem
+from tests.incidents.samples import VALID, edit, fake_faults, line_of, problem
 
 pytestmark = pytest.mark.usefixtures("promtool")
 
