@@ -75,9 +75,9 @@ def make_plan(incident, variant_name: str, seed: int, duration_s: float | None =
 
 def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segment]:
     """Piecewise-constant traffic: the base rate, peak windows, and the variant's change at injection."""
-    change = dict(variant.traffic or {})
-    after_profile = change.get("profile", traffic.profile)
-    rate_factor = float(change.get("rate_factor", 1.0))
+    change = variant.traffic
+    after_profile = (change.profile if change and change.profile else traffic.profile)
+    rate_factor = float(change.rate_factor) if change else 1.0
     cuts = {0.0, inject_s}
     for p in traffic.peaks:
         cuts |= {float(p.at_s), float(p.at_s + p.duration_s)}
