@@ -22,6 +22,10 @@ def _default_runs() -> Path:
     return REPO_ROOT / "runs"
 
 
+def _default_incidents() -> Path:
+    return REPO_ROOT / "incidents"
+
+
 def _default_serve_config() -> Path:
     return REPO_ROOT / "services" / "serve_config.yaml"
 
@@ -33,6 +37,7 @@ _PORTS = ("ray_port", "dashboard_port", "metrics_export_port", "api_port", "prom
 class SandboxConfig:
     home: Path = field(default_factory=_default_home)  # state.json and one directory per run
     runs: Path = field(default_factory=_default_runs)  # one directory per drill: runs/<run-id>/
+    incidents: Path = field(default_factory=_default_incidents)  # the catalogue of incident scripts
     serve_config: Path = field(default_factory=_default_serve_config)
     host: str = "127.0.0.1"  # everything binds and is scraped on loopback
     ray_port: int = 6379
@@ -52,6 +57,7 @@ class SandboxConfig:
     def __post_init__(self):
         self.home = Path(self.home)
         self.runs = Path(self.runs)
+        self.incidents = Path(self.incidents)
         self.serve_config = Path(self.serve_config)
         for name in _PORTS:
             value = getattr(self, name)

@@ -15,7 +15,7 @@ def _catalogue():
     from incidents.schema import IncidentError, load_catalogue
 
     try:
-        return load_catalogue()
+        return load_catalogue(config().incidents)
     except IncidentError as e:
         fail(str(e), code=2)
 

@@ -80,6 +80,7 @@ class Drill:
         self.canary: subprocess.Popen | None = None
         self.prom: PrometheusClient | None = None
         self.t0_wall: float | None = None
+        self.ctx = None  # faults.base.FaultContext, one for the whole drill
 
     # -- the whole drill ---------------------------------------------------------
     def run(self) -> DrillResult:
@@ -115,9 +116,10 @@ class Drill:
             "api_url": self.state.api_url, "prometheus_url": self.state.prometheus_url, "page": None})
         self._seal()
         self.prom = PrometheusClient(self.state.prometheus_url)
+        self._fault_context()
         if self.setup is not None:
             with self.steps.step("deploying this incident's baseline settings"):
-                self._apply(*self.setup, "setup", random.Random(0))
+                self._apply(*self.setup, "setup")
             self.state = StackState.load(self.cfg.state_file)
             self.record.event("deploy", None, version=self.state.version)
         with self.steps.step("starting canary probers"):
@@ -144,12 +146,11 @@ class Drill:
     # -- the timeline ----------------------------------------------------------------
     def _follow_timeline(self) -> None:
         pending = list(zip(self.plan.events, self.faults))
-        rng = random.Random(f"faults/{self.plan.incident_id}/{self.plan.variant}/{self.seed}")
         while True:
             t = self.traffic.elapsed()
             while pending and pending[0][0].at_s <= t:
                 event, faults = pending.pop(0)
-                self._inject(event, faults, rng)
+                self._inject(event, faults)
             self._poll_alerts(self.traffic.elapsed())
             if self.traffic.error is not None:
                 raise RuntimeError(f"the traffic generator failed: {self.traffic.error!r}")
@@ -157,21 +158,27 @@ class Drill:
                 return
             time.sleep(self.poll_s)
 
-    def _apply(self, spec: dict, fault, kind: str, rng: random.Random) -> None:
+    def _fault_context(self) -> None:
         from faults.base import FaultContext
 
-        ctx = FaultContext(self.cfg, StackState.load(self.cfg.state_file), rng, log=lambda *_: None)
-        at = self.traffic.elapsed() if self.traffic else None
-        self.injected.append(fault)  # before inject: a half-done injection is reverted too
-        fault.inject(ctx)
-        self.fault_log.append({"at_s": None if at is None else round(at, 1), "event": kind, "spec": spec,
-                               "location": fault.location()})
+        rng = random.Random(f"faults/{self.plan.incident_id}/{self.plan.variant}/{self.seed}")
+        self.ctx = FaultContext(self.cfg, self.state, rng)
+        if any(spec.get("type") == "replica-override" for faults in self.faults for spec, _ in faults):
+            self.ctx.connect_ray()  # before traffic: a driver joining later would show in Ray's job list
 
-    def _inject(self, event, faults, rng: random.Random) -> None:
+    def _apply(self, spec: dict, fault, kind: str) -> None:
+        self.ctx.state = StackState.load(self.cfg.state_file)  # versions change with every deploy
+        at = self.traffic.elapsed() if self.traffic else None
+        self.injected.append(fault)
+        location = fault.inject(self.ctx)
+        self.fault_log.append({"at_s": None if at is None else round(at, 1), "event": kind, "spec": spec,
+                               "location": location.to_dict()})
+
+    def _inject(self, event, faults) -> None:
         if event.kind == "inject" and self.incident.page.alert is None:
             self._show_report(self.traffic.elapsed())
         for spec, fault in faults:
-            self._apply(spec, fault, event.kind, rng)
+            self._apply(spec, fault, event.kind)
         self._seal()
         state = StackState.load(self.cfg.state_file)
         if self.state and state.version != self.state.version:  # deploys are public, as in any deploy log
@@ -211,13 +218,13 @@ class Drill:
     def _teardown(self, status: str, error: str | None) -> None:
         errors = []
         if self.injected:
-            from faults.base import FaultContext
-            from faults.registry import revert_all
+            from faults.base import revert_all
 
             with self.steps.step("reverting the injected changes"):
-                ctx = FaultContext(self.cfg, StackState.load(self.cfg.state_file), random.Random(0),
-                                   log=lambda *_: None)
-                errors += [f"revert: {e}" for e in revert_all(self.injected, ctx)]
+                self.ctx.state = StackState.load(self.cfg.state_file)
+                errors += [f"revert: {e}" for e in revert_all(self.injected, self.ctx)]
+        if self.ctx is not None:
+            self.ctx.close()
         if self.traffic is not None:
             with self.steps.step("stopping traffic"):
                 self.traffic.stop()
