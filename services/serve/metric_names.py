@@ -7,11 +7,13 @@ Server-side metrics mirror vLLM's names and are recorded in the replicas with
 `ray_vllm_time_to_first_token_seconds`, and the scrape job renames it back
 (`sandbox/prometheus_config.py`): what Prometheus stores and dashboards query
 is vLLM's `vllm:time_to_first_token_seconds`. Our own server-side additions
-(device memory, replica CPU) live under `sandbox:` the same way.
+(device memory, replica CPU time and cgroup CPU bandwidth counters) live
+under `sandbox:` the same way.
 
-Client-side metrics (the traffic generator) are served by our own process with
-`prometheus-client`; Prometheus' lint reserves ':' for recording rules, so
-they are plain `sandbox_traffic_*` names.
+Client-side metrics (the traffic generator, the canary prober) are served by
+our own processes with `prometheus-client`; Prometheus' lint reserves ':' for
+recording rules, so they are plain `sandbox_traffic_*` and `sandbox_canary_*`
+names.
 
 Buckets start from vLLM's. Its request-phase buckets begin at 0.3 s, too coarse
 for a CPU engine whose queue and prefill phases are tens of milliseconds, so
@@ -42,7 +44,7 @@ CONFIG_INFO_LABELS = ("block_size", "cache_dtype", "enable_prefix_caching", "gpu
 
 @dataclass(frozen=True)
 class MetricSpec:
-    namespace: str  # "vllm" | "sandbox" | "sandbox_traffic"
+    namespace: str  # "vllm" | "sandbox" | "sandbox_traffic" | "sandbox_canary"
     name: str  # as queried, after the namespace: "time_to_first_token_seconds", "prompt_tokens_total"
     kind: str  # "histogram" | "counter" | "gauge"
     help: str
@@ -113,6 +115,15 @@ DEVICE_MEMORY_USED = _g("device_memory_used_bytes", "Device memory in use: weigh
                         ns="sandbox")
 DEVICE_MEMORY_CAPACITY = _g("device_memory_capacity_bytes", "Device memory the engine may use.", ns="sandbox")
 REPLICA_CPU = _c("replica_cpu_seconds_total", "CPU time used by the replica process, all threads.", ns="sandbox")
+# cAdvisor's CFS bandwidth counters (container_cpu_cfs_*), for the replica's own CPU cgroup.
+REPLICA_CPU_PERIODS = _c("replica_cpu_periods_total",
+                         "CFS enforcement periods elapsed in the replica's CPU cgroup (only while it has a quota).",
+                         ns="sandbox")
+REPLICA_CPU_PERIODS_THROTTLED = _c("replica_cpu_periods_throttled_total",
+                                   "CFS periods in which the replica's CPU cgroup used up its quota.", ns="sandbox")
+REPLICA_CPU_THROTTLED = _c("replica_cpu_throttled_seconds_total",
+                           "Time the replica's threads were held off the CPU because its cgroup used up its quota.",
+                           ns="sandbox")
 
 SERVER_METRICS: tuple[MetricSpec, ...] = (
     TIME_TO_FIRST_TOKEN, INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN, E2E_REQUEST_LATENCY, REQUEST_QUEUE_TIME,
@@ -120,7 +131,8 @@ SERVER_METRICS: tuple[MetricSpec, ...] = (
     REQUEST_GENERATION_TOKENS, ITERATION_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, REQUEST_SUCCESS,
     NUM_PREEMPTIONS, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, SPEC_DRAFTS, SPEC_DRAFT_TOKENS,
     SPEC_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, NUM_REQUESTS_WAITING, KV_CACHE_USAGE, CACHE_CONFIG_INFO,
-    DEVICE_MEMORY_USED, DEVICE_MEMORY_CAPACITY, REPLICA_CPU,
+    DEVICE_MEMORY_USED, DEVICE_MEMORY_CAPACITY, REPLICA_CPU, REPLICA_CPU_PERIODS, REPLICA_CPU_PERIODS_THROTTLED,
+    REPLICA_CPU_THROTTLED,
 )
 
 # -- client side: the traffic generator ------------------------------------
@@ -138,6 +150,19 @@ CLIENT_IN_FLIGHT = _g("requests_in_flight", "Requests sent and not yet answered.
 
 CLIENT_METRICS: tuple[MetricSpec, ...] = (CLIENT_TTFT, CLIENT_E2E, CLIENT_REQUESTS, CLIENT_OUTPUT_TOKENS,
                                           CLIENT_IN_FLIGHT)
+
+# -- client side: the canary prober (sandbox/canary) -------------------------
+CANARY_CHECKS = _c("checks_total", "Held-out task prompts answered at temperature 0, by task, by the length of the "
+                   "expected answer (short|long) and by whether the answer was right (correct|wrong).",
+                   ns="sandbox_canary", labels=("task", "length", "result"))
+CANARY_CONSISTENCY = _c("consistency_checks_total", "Repeats of a fixed prompt compared with its first answer, by "
+                        "sampling mode (greedy|seeded), by whether sent alone or in a burst of identical requests "
+                        "(alone|burst), by the replica that answered, and by result (match|mismatch).",
+                        ns="sandbox_canary", labels=("mode", "load", "replica", "result"))
+CANARY_REQUESTS = _c("requests_total", "Probe requests finished, by probe (accuracy|consistency) and HTTP status "
+                     "('error' when no response came).", ns="sandbox_canary", labels=("probe", "status"))
+
+CANARY_METRICS: tuple[MetricSpec, ...] = (CANARY_CHECKS, CANARY_CONSISTENCY, CANARY_REQUESTS)
 
 
 def scrape_renames() -> list[tuple[str, str]]:

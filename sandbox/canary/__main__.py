@@ -1,0 +1,85 @@
+"""`python -m sandbox.canary`: probe a running OpenAI API until stopped; print a JSON summary at the end.
+
+    python -m sandbox.canary --api http://127.0.0.1:8000 --model sandbox-llama \\
+        --targets-dir runs/sandbox/<run>/targets [--port 9450] [--interval 0.5] [--seed 0]
+
+Without --api/--model/--targets-dir, the running sandbox's state file supplies
+them. SIGTERM or SIGINT (what `sandbox down` and Ctrl-C send) stop it cleanly:
+the metrics endpoint closes and its target file is removed.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from sandbox.canary.endpoint import MetricsEndpoint
+from sandbox.canary.metrics import CanaryMetrics
+from sandbox.canary.prober import CanaryProber, ProberConfig
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sandbox.canary", description=__doc__.split("\n")[0])
+    p.add_argument("--api", help="the OpenAI API's base URL (default: the running sandbox's)")
+    p.add_argument("--model", help="model name to ask for (default: the running sandbox's)")
+    p.add_argument("--targets-dir", type=Path,
+                   help="file_sd directory to announce the metrics endpoint in (default: the running sandbox's)")
+    p.add_argument("--host", default="127.0.0.1", help="address the metrics endpoint binds")
+    p.add_argument("--port", type=int, default=9450, help="first port tried for the metrics endpoint")
+    p.add_argument("--interval", type=float, default=ProberConfig.interval_s, help="seconds between probe slots")
+    p.add_argument("--burst", type=int, default=ProberConfig.burst_size, help="identical requests per burst")
+    p.add_argument("--seed", type=int, default=0, help="order of the accuracy prompts, seeds of seeded probes")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: never)")
+    p.add_argument("--linger", type=float, default=0.0,
+                   help="seconds the endpoint stays up after the last probe, so the final counts are scraped")
+    return p
+
+
+def _from_running_sandbox(args: argparse.Namespace) -> None:
+    if args.api and args.model and args.targets_dir:
+        return
+    from sandbox.settings import SandboxConfig
+    from sandbox.state import NoStackError, StackState
+
+    try:
+        state = StackState.load(SandboxConfig.from_env().state_file)
+    except (NoStackError, ValueError) as e:
+        raise SystemExit(f"error: pass --api, --model and --targets-dir, or start a sandbox first ({e})")
+    args.api = args.api or state.api_url
+    args.model = args.model or state.model_name
+    args.targets_dir = args.targets_dir or state.targets_dir
+
+
+async def _probe(prober: CanaryProber, duration_s: float | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await prober.run(stop, duration_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _from_running_sandbox(args)
+    try:
+        config = ProberConfig(interval_s=args.interval, burst_size=args.burst, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
+    metrics = CanaryMetrics()
+    endpoint = MetricsEndpoint(metrics.registry, args.host, args.port, args.targets_dir, linger_s=args.linger)
+    prober = CanaryProber(args.api, args.model, metrics, config)
+    try:
+        asyncio.run(_probe(prober, args.duration))
+    finally:
+        endpoint.close()
+    print(json.dumps({"endpoint": endpoint.url, "slots": prober.slots, "skipped": prober.skipped,
+                      "references": len(prober.book), "nominal_requests_per_s": round(config.requests_per_s, 3),
+                      **metrics.summary()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

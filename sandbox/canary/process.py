@@ -1,0 +1,44 @@
+"""Start the canary as a process of its own (what a drill does), announced before this returns.
+
+It runs in its own session, so a Ctrl-C meant for the caller does not kill it
+mid-probe; `sandbox down` stops it by the pid in its target file name, or the
+caller does with `stop`.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sandbox.canary.endpoint import target_file
+from sandbox.state import stop_pid
+
+
+def spawn(api_url: str, model: str, targets_dir: Path, log_file: Path, *, first_port: int = 9450,
+          interval_s: float | None = None, seed: int = 0, timeout_s: float = 15.0) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "sandbox.canary", "--api", api_url, "--model", model,
+           "--targets-dir", str(targets_dir), "--port", str(first_port), "--seed", str(seed)]
+    if interval_s is not None:
+        cmd += ["--interval", str(interval_s)]
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    announced = target_file(targets_dir, proc.pid)
+    deadline = time.monotonic() + timeout_s
+    while not announced.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the canary exited with {proc.returncode}; see {log_file}")
+        if time.monotonic() > deadline:
+            stop(proc)
+            raise RuntimeError(f"the canary did not announce its metrics endpoint within {timeout_s:.0f}s; "
+                               f"see {log_file}")
+        time.sleep(0.05)
+    return proc
+
+
+def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """SIGTERM (it removes its target file), SIGKILL after timeout_s; reaps it."""
+    stop_pid(proc.pid, timeout_s)
+    proc.wait(timeout=5)

@@ -1,0 +1,115 @@
+"""The canary's metrics endpoint, its target file, its lint, and the process: `python -m sandbox.canary`."""
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+
+from sandbox.canary import process
+from sandbox.canary.endpoint import MetricsEndpoint, target_file
+from sandbox.canary.metrics import CanaryMetrics
+from sandbox.settings import REPO_ROOT
+from services.model.tasks import TASKS, eval_set
+from services.serve import metric_names as names
+
+ANSWERS = {e.prompt: e.answer for t in TASKS for e in eval_set(t)}
+promtool = shutil.which("promtool")
+
+
+class _Completions(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        out = json.dumps({"choices": [{"text": ANSWERS.get(body["prompt"], "")}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.send_header("x-served-by", "replica-a")
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_api():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_canary_metrics_are_declared_under_sandbox_canary():
+    assert [s.query_name for s in names.CANARY_METRICS] == [
+        "sandbox_canary_checks_total", "sandbox_canary_consistency_checks_total", "sandbox_canary_requests_total"]
+    assert names.CANARY_CHECKS.extra_labels == ("task", "length", "result")
+    assert names.CANARY_CONSISTENCY.extra_labels == ("mode", "load", "replica", "result")
+    assert all(":" not in s.record_name for s in names.CANARY_METRICS)
+
+
+def test_no_canary_name_or_label_hints_at_a_cause():
+    words = ("fault", "slow", "throttl", "bug", "inject", "incident", "leak", "quantiz", "batch", "seed")
+    texts = [s.query_name for s in names.CANARY_METRICS] + [lbl for s in names.CANARY_METRICS for lbl in s.extra_labels]
+    assert not [t for t in texts if any(w in t for w in words)]
+
+
+@pytest.mark.skipif(promtool is None, reason="promtool not installed (scripts/setup.sh installs it)")
+def test_the_canary_endpoint_passes_promtool_lint():
+    metrics = CanaryMetrics()
+    metrics.request("accuracy", "200")
+    metrics.request("consistency", "503")
+    metrics.checked("copy", "long", False)
+    metrics.compared("greedy", "burst", "abc123", "mismatch")
+    result = subprocess.run([promtool, "check", "metrics"], input=generate_latest(metrics.registry),
+                            capture_output=True, check=False)
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), \
+        (result.stdout + result.stderr).decode()
+
+
+def test_the_endpoint_announces_itself_while_open(tmp_path):
+    metrics = CanaryMetrics()
+    metrics.checked("add", "short", True)
+    endpoint = MetricsEndpoint(metrics.registry, first_port=19470, targets_dir=tmp_path)
+    try:
+        announced = json.loads(target_file(tmp_path).read_text())
+        assert announced == [{"targets": [f"127.0.0.1:{endpoint.port}"], "labels": {}}]
+        text = httpx.get(endpoint.url, timeout=5).text
+        assert 'sandbox_canary_checks_total{length="short",result="correct",task="add"} 1.0' in text
+    finally:
+        endpoint.close()
+    assert not target_file(tmp_path).exists()
+
+
+def test_the_cli_probes_for_its_duration_and_prints_a_summary(fake_api, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "sandbox.canary", "--api", fake_api, "--model", "m",
+                             "--targets-dir", str(tmp_path), "--port", "19480", "--interval", "0.05",
+                             "--duration", "2"], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["references"] == 14 and summary["slots"] > 5 and summary["skipped"] == 0
+    assert all(v["wrong"] == 0 for v in summary["accuracy"].values())
+    assert summary["consistency_by_replica"]["replica-a"]["mismatch"] == 0
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_spawned_canary_is_announced_and_stops_on_sigterm(fake_api, tmp_path):
+    proc = process.spawn(fake_api, "m", tmp_path, tmp_path / "canary.log", first_port=19490, interval_s=0.2)
+    announced = target_file(tmp_path, proc.pid)
+    try:
+        assert announced.exists()
+        port = json.loads(announced.read_text())[0]["targets"][0]
+        assert "sandbox_canary_requests_total" in httpx.get(f"http://{port}/metrics", timeout=5).text
+    finally:
+        process.stop(proc)
+    assert proc.returncode == 0, (tmp_path / "canary.log").read_text()
+    assert not announced.exists()
+    assert "references" in json.loads((tmp_path / "canary.log").read_text().splitlines()[-1])  # its summary
