@@ -146,8 +146,12 @@ class Drill:
     # -- the timeline ----------------------------------------------------------------
     def _follow_timeline(self) -> None:
         pending = list(zip(self.plan.events, self.faults))
+        next_note = 30.0
         while True:
             t = self.traffic.elapsed()
+            if t >= next_note:
+                self._note_progress(t)
+                next_note += 30.0
             while pending and pending[0][0].at_s <= t:
                 event, faults = pending.pop(0)
                 self._inject(event, faults)
@@ -183,7 +187,14 @@ class Drill:
         state = StackState.load(self.cfg.state_file)
         if self.state and state.version != self.state.version:  # deploys are public, as in any deploy log
             self.record.event("deploy", self.traffic.elapsed(), version=state.version)
+            self.steps.note(f"deploy: version {state.version} rolled out")
         self.state = state
+
+    def _note_progress(self, t: float) -> None:
+        s = self.traffic.stats.summary()
+        errors = sum(n for status, n in s["statuses"].items() if status not in ("200", "499"))
+        self.steps.note(f"[dim]{t:5.0f}s  sent {s['sent']}  ok {s['ok']}  errors {errors}  "
+                        f"TTFT p50 {s['ttft_ms']['p50']} ms  version {self.state.version}[/dim]")
 
     def _show_report(self, t: float) -> None:
         """A control drill pages by a person's report, not an alert."""
