@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from sandbox import prometheus, ray_cluster
+from sandbox import alerts, prometheus, ray_cluster
 from sandbox.deploy_config import SERVER, DeployConfig
 from sandbox.progress import Steps
 from sandbox.prometheus_config import render, write_ray_sd_file
@@ -106,8 +106,9 @@ class Stack:
             sd_file = run_dir / ray_cluster.SD_FILE_NAME
         listen = f"{cfg.host}:{cfg.prometheus_port}"
         config_file = run_dir / "prometheus.yml"
+        rule_files = alerts.install_rules(run_dir / "rules")  # the run keeps the rules it was judged by
         config_file.write_text(render(scrape_interval_s=cfg.scrape_interval_s, prometheus_address=listen,
-                                      ray_sd_file=sd_file, targets_dir=state.targets_dir))
+                                      ray_sd_file=sd_file, targets_dir=state.targets_dir, rule_files=rule_files))
         proc = prometheus.start_server(prometheus.find_binary(cfg.prometheus_bin), config_file,
                                        run_dir / "prometheus-data", listen, run_dir / "logs" / "prometheus.log")
         self._prometheus = proc  # ours to reap at `down` when this process is still its parent
@@ -157,7 +158,8 @@ class Stack:
             for target in sorted(state.targets_dir.glob("*.json")) if state.targets_dir.is_dir() else []:
                 pid = _target_pid(target)
                 if pid and pid != os.getpid() and stop_pid(pid):
-                    done.append(f"traffic generator (pid {pid})")
+                    what = "canary prober" if target.name.startswith("canary-") else "traffic generator"
+                    done.append(f"{what} (pid {pid})")
                 target.unlink(missing_ok=True)
             return done
 
@@ -181,7 +183,7 @@ class Stack:
                 proc.wait(timeout=5)
             return [f"prometheus (pid {state.prometheus_pid})"]
 
-        yield "stopping traffic generators", traffic
+        yield "stopping traffic generators and canary probers", traffic
         if state.ray_started:
             yield "stopping Ray (ray stop)", ray
         elif state.dashboard_url:
@@ -191,7 +193,7 @@ class Stack:
 
 
 def _target_pid(path: Path) -> int | None:
-    """traffic-<pid>.json: the generator that announced this target."""
+    """traffic-<pid>.json / canary-<pid>.json: the process that announced this target."""
     _, _, pid = path.stem.rpartition("-")
     return int(pid) if pid.isdigit() else None
 
