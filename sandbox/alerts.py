@@ -7,7 +7,8 @@ rest reads a running (or replayed) Prometheus:
     active_alerts   pending and firing alerts now (/api/v1/alerts)
     first_firing    when alert X first fired in a window (the ALERTS series)
     fired_between   every alert that fired in a window, with its first time
-    rule_problems   rules whose last evaluation failed (/api/v1/rules)
+    loaded_alerts   the alerting rules Prometheus has loaded (/api/v1/rules)
+    rule_problems   rules whose last evaluation failed
 """
 from __future__ import annotations
 
@@ -95,6 +96,12 @@ def fired_between(client: PrometheusClient, start: float, end: float, step_s: fl
     selector = 'alertstate="firing"' + (f',alertname="{alert}"' if alert else "")
     rows = client.query_range(f"max by (alertname) (ALERTS{{{selector}}})", start, end, step_s)
     return {r["metric"]["alertname"]: float(r["values"][0][0]) for r in rows if r["values"]}
+
+
+def loaded_alerts(client: PrometheusClient) -> list[str]:
+    """The alerting rules Prometheus has loaded (grouped as it lists them, not in file order)."""
+    return [r["name"] for g in client._get("/api/v1/rules", {})["groups"] for r in g["rules"]
+            if r.get("type") == "alerting"]
 
 
 def rule_problems(client: PrometheusClient) -> list[str]:
