@@ -9,6 +9,11 @@ request that arrives while a step runs is added before the next one: that is
 continuous batching across HTTP requests. Any exception from `step()` is
 fatal (the engine's state is no longer trusted): every open stream gets
 `EngineDeadError` and `check_health` fails, so Ray Serve replaces the replica.
+
+`rebuild()` replaces the engine in place (a new EngineConfig on a live replica):
+new requests are held, the running batch finishes, the engine is rebuilt on the
+engine thread, and the held requests join the new engine. Counters carry over,
+so the exported totals never go back.
 """
 from __future__ import annotations
 
@@ -18,10 +23,12 @@ import dataclasses
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from dataclasses import dataclass
 
 from services.engine.outputs import RequestOutput
-from services.serve.metrics import EngineSnapshot
+from services.serve.cgroup_cpu import CpuStatCounter
+from services.serve.metrics import ENGINE_COUNTERS, EngineSnapshot
 
 
 class EngineDeadError(RuntimeError):
@@ -30,6 +37,14 @@ class EngineDeadError(RuntimeError):
 
 class EngineWedgedError(RuntimeError):
     """One engine step has run for longer than the wedge timeout."""
+
+
+@dataclass
+class _Rebuild:
+    build: object  # () -> engine, called on the engine thread once the old engine is idle and released
+    restore: object  # () -> engine: the old configuration again, if build() failed
+    future: concurrent.futures.Future
+    deadline: float  # running requests still unfinished then are failed, so the rebuild happens
 
 
 _ACCEPTED, _OUTPUT, _ERROR = "accepted", "output", "error"
@@ -96,6 +111,10 @@ class EngineLoop:
         self._stopping = False
         self.last_snapshot = EngineSnapshot()
         self._last_publish = 0.0
+        self._cpu = CpuStatCounter()
+        self._rebuild: _Rebuild | None = None
+        self._held: deque = deque()  # "add" commands that arrived during a rebuild
+        self._carried = EngineSnapshot()  # counters of engines replaced by rebuild()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
     def start(self) -> EngineLoop:
@@ -120,6 +139,18 @@ class EngineLoop:
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._commands.put(("call", fn, future))
         return future.result(timeout=timeout_s)
+
+    def rebuild(self, build, restore, drain_timeout_s: float = 60.0, timeout_s: float = 300.0) -> None:
+        """Replace the engine with build(), between requests; on failure restore() the old one and raise.
+
+        New requests wait while the running ones finish (those still running after
+        drain_timeout_s fail with EngineDeadError); both callables run on the engine
+        thread after the old engine is released (its device memory freed).
+        """
+        self._raise_if_dead()
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("rebuild", _Rebuild(build, restore, future, time.monotonic() + drain_timeout_s)))
+        future.result(timeout=timeout_s)
 
     def check_health(self) -> None:
         self._raise_if_dead()
@@ -148,9 +179,11 @@ class EngineLoop:
             torch.set_num_threads(self._torch_threads)
         try:
             while not self._stopping:
-                self._handle_commands(block=not self.engine.has_unfinished_requests())
+                self._handle_commands(block=not self.engine.has_unfinished_requests() and self._rebuild is None)
                 if self._stopping:
                     break
+                if self._rebuild is not None and self._drained():
+                    self._swap_engine()
                 if self.engine.has_unfinished_requests():
                     self._step_started = time.monotonic()
                     outputs = self.engine.step()
@@ -180,7 +213,9 @@ class EngineLoop:
 
     def _handle(self, cmd: tuple, pending) -> None:
         kind = cmd[0]
-        if kind == "add":
+        if kind == "add" and self._rebuild is not None:
+            self._held.append(cmd)
+        elif kind == "add":
             _, stream, prompt, params, arrival = cmd
             try:
                 self.engine.add_request(stream.request_id, prompt, params, arrival_time=arrival)
@@ -193,15 +228,59 @@ class EngineLoop:
         elif kind == "abort":
             if cmd[1] in self._streams:
                 self.engine.abort_request(cmd[1])
+            else:  # a held request whose caller went away
+                self._held = deque(c for c in self._held if c[1].request_id != cmd[1])
         elif kind == "call":
             _, fn, future = cmd
             try:
                 future.set_result(fn(self.engine))
             except Exception as e:  # noqa: BLE001 - handed back to the caller
                 future.set_exception(e)
+        elif kind == "rebuild":
+            if self._rebuild is not None:
+                cmd[1].future.set_exception(RuntimeError("an engine rebuild is already in progress"))
+            else:
+                self._rebuild = cmd[1]
         elif kind == "stop":
             self._stopping = True
 
+    # -- rebuild ----------------------------------------------------------------
+    def _drained(self) -> bool:
+        if not self.engine.has_unfinished_requests():
+            return True
+        if time.monotonic() < self._rebuild.deadline:
+            return False
+        error = EngineDeadError("the request was interrupted; retry it")
+        pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        for stream in self._streams.values():
+            pending[stream.loop].append((stream, _ERROR, error))
+        self._send(pending)
+        self.engine.abort_request(list(self._streams))
+        for out in self.engine.step():  # the aborted requests' last outputs: counted as aborts
+            self._finish(out)
+        self._streams.clear()
+        return not self.engine.has_unfinished_requests()
+
+    def _swap_engine(self) -> None:
+        job, self._rebuild = self._rebuild, None
+        self._publish()  # the old engine's final counts
+        self._carried = self._engine_counters(self.last_snapshot)
+        self.engine = None  # release the old engine (its KV pool) before building the next one
+        try:
+            self.engine = job.build()
+        except Exception as e:  # noqa: BLE001 - the old configuration comes back and the caller is told
+            try:
+                self.engine = job.restore()
+            except BaseException as fatal:  # no engine at all: the loop dies, as after a failed step
+                job.future.set_exception(fatal)
+                raise
+            job.future.set_exception(e)
+        else:
+            job.future.set_result(None)
+        pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        while self._held:
+            self._handle(self._held.popleft(), pending)
+        self._send(pending)
     def _deliver_outputs(self, outputs: list[RequestOutput]) -> None:
         pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         intervals = []
@@ -243,18 +322,27 @@ class EngineLoop:
             except RuntimeError:
                 pass  # that event loop is closed: its requests are gone
 
+    @staticmethod
+    def _engine_counters(snap: EngineSnapshot) -> EngineSnapshot:
+        return EngineSnapshot(**{name: getattr(snap, name) for name in ENGINE_COUNTERS})
+
     def _publish(self) -> None:
         engine = self.engine
         st, ss = engine.stats, engine.scheduler.stats()
+        cpu = self._cpu.read()
         snap = EngineSnapshot(
             prompt_tokens=st.prompt_tokens_total, generation_tokens=st.generation_tokens_total,
             num_preemptions=ss.num_preemptions_total, prefix_cache_queries=ss.prefix_cache_queries,
             prefix_cache_hits=ss.prefix_cache_hits, spec_drafts=st.spec_decode_num_drafts_total,
             spec_draft_tokens=st.spec_decode_num_draft_tokens_total,
             spec_accepted_tokens=st.spec_decode_num_accepted_tokens_total, cpu_seconds=time.process_time(),
+            cpu_periods=cpu.periods, cpu_periods_throttled=cpu.throttled_periods,
+            cpu_throttled_seconds=cpu.throttled_seconds,
             num_running=ss.num_running, num_waiting=ss.num_waiting, kv_cache_usage=ss.kv_cache_usage,
             memory_used_bytes=engine.memory.used_bytes, memory_capacity_bytes=engine.memory.capacity_bytes,
             iteration_tokens=list(st.iteration_tokens))
+        for name in ENGINE_COUNTERS:
+            setattr(snap, name, getattr(snap, name) + getattr(self._carried, name))
         st.iteration_tokens.clear()  # drained whether or not metrics are exported
         if self.export_metrics:
             self.metrics.publish(snap)
@@ -275,6 +363,14 @@ class EngineLoop:
                 pending[cmd[1].loop].append((cmd[1], _ERROR, error))
             elif cmd[0] == "call":
                 cmd[2].set_exception(error)
+            elif cmd[0] == "rebuild":
+                cmd[1].future.set_exception(error)
+        for cmd in self._held:
+            pending[cmd[1].loop].append((cmd[1], _ERROR, error))
+        self._held.clear()
+        if self._rebuild is not None:
+            self._rebuild.future.set_exception(error)
+            self._rebuild = None
         self._send(pending)
 
 

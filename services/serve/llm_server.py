@@ -10,10 +10,14 @@ nothing but data crosses Ray:
 
 When the caller goes away Serve cancels the generator; the `finally` aborts the
 engine request, which frees its KV blocks.
+
+A replica's engine can also be rebuilt in place with settings of its own
+(`replica_runtime`): same process, same metric labels, a new engine config.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 
 from ray import serve
@@ -38,11 +42,13 @@ class LLMServer:
     def __init__(self, app_config: dict):
         from services.engine import LLMEngine
         from services.serve.metrics import ServingMetrics, config_info_labels
+        from services.serve.replica_runtime import RuntimeWatcher
 
         cfg = ServeAppConfig.from_dict(app_config)
         self.app_config = cfg
         self.replica = serve.get_replica_context().replica_id.unique_id
-        self.engine_config = cfg.engine_config()
+        self.deployed_config = cfg.engine_config()
+        self.engine_config = self.deployed_config  # plus this replica's own settings; engine thread writes it
         engine = LLMEngine(self.engine_config)
         self.metrics = ServingMetrics(cfg.model_name, self.replica, cfg.version,
                                       spec_decode=self.engine_config.num_speculative_tokens > 0)
@@ -50,6 +56,7 @@ class LLMServer:
         self.loop = EngineLoop(engine, self.metrics, torch_threads=self.engine_config.torch_threads,
                                wedge_timeout_s=cfg.wedge_timeout_s).start()
         self.loop.call(lambda e: self.metrics.set_config_info(config_info_labels(e)))
+        self.watcher = RuntimeWatcher(self.replica, self._use_settings).start()
 
     def reconfigure(self, user_config: dict) -> None:
         """Apply runtime knobs (the deployment's user_config) in place: same process, same engine."""
@@ -61,10 +68,28 @@ class LLMServer:
         def apply(engine):
             apply_knobs(engine, knobs, self.engine_config)
             self.metrics.set_config_info(config_info_labels(engine))
+            self.knobs = knobs  # here, so an engine rebuilt next gets these knobs
 
         self.loop.call(apply)
         self.loop.export_metrics = knobs.export_metrics
-        self.knobs = knobs
+
+    def _use_settings(self, settings: dict) -> None:
+        """Rebuild the engine with the deployed config plus `settings` (EngineConfig fields); blocks until done."""
+        config = dataclasses.replace(self.deployed_config, **settings)  # validated here, before any drain
+        previous = self.engine_config
+        self.loop.rebuild(build=lambda: self._engine_for(config), restore=lambda: self._engine_for(previous))
+
+    def _engine_for(self, config):
+        """A new engine for `config`, with the current knobs; on the engine thread (EngineLoop.rebuild)."""
+        from services.engine import LLMEngine
+        from services.serve.knobs import apply_knobs
+        from services.serve.metrics import config_info_labels
+
+        engine = LLMEngine(config)
+        apply_knobs(engine, self.knobs, config)
+        self.engine_config = config
+        self.metrics.set_config_info(config_info_labels(engine))
+        return engine
 
     async def generate(self, request: dict):
         from services.engine import SamplingParams
@@ -104,14 +129,18 @@ class LLMServer:
     async def info(self) -> dict:
         """Who this replica is and what its engine is doing (for `sandbox status` and tests)."""
         snap = self.loop.last_snapshot
-        sched = await asyncio.to_thread(self.loop.call, lambda e: e.scheduler.config)
+        sched, num_blocks = await asyncio.to_thread(self.loop.call, lambda e: (e.scheduler.config, e.num_blocks))
         return {"pid": os.getpid(), "replica": self.replica, "version": self.app_config.version,
                 "model_name": self.app_config.model_name, "knobs": self.knobs.to_dict(),
                 "max_num_seqs": sched.max_num_seqs, "max_num_batched_tokens": sched.max_num_batched_tokens,
+                "num_gpu_blocks": num_blocks,
                 "num_running": snap.num_running, "num_waiting": snap.num_waiting,
                 "kv_cache_usage": snap.kv_cache_usage}
 
     def __del__(self):
+        watcher = getattr(self, "watcher", None)
+        if watcher is not None:
+            watcher.stop()
         loop = getattr(self, "loop", None)
         if loop is not None:
             loop.stop()

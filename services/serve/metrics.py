@@ -25,6 +25,9 @@ class EngineSnapshot:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     cpu_seconds: float = 0.0
+    cpu_periods: int = 0  # the replica's CPU cgroup (services.serve.cgroup_cpu)
+    cpu_periods_throttled: int = 0
+    cpu_throttled_seconds: float = 0.0
     num_running: int = 0
     num_waiting: int = 0
     kv_cache_usage: float = 0.0
@@ -38,8 +41,13 @@ _COUNTERS = (
     ("num_preemptions", names.NUM_PREEMPTIONS), ("prefix_cache_queries", names.PREFIX_CACHE_QUERIES),
     ("prefix_cache_hits", names.PREFIX_CACHE_HITS), ("spec_drafts", names.SPEC_DRAFTS),
     ("spec_draft_tokens", names.SPEC_DRAFT_TOKENS), ("spec_accepted_tokens", names.SPEC_ACCEPTED_TOKENS),
-    ("cpu_seconds", names.REPLICA_CPU),
+    ("cpu_seconds", names.REPLICA_CPU), ("cpu_periods", names.REPLICA_CPU_PERIODS),
+    ("cpu_periods_throttled", names.REPLICA_CPU_PERIODS_THROTTLED),
+    ("cpu_throttled_seconds", names.REPLICA_CPU_THROTTLED),
 )
+# Counters kept by the engine itself (the rest are the process's): a rebuilt engine starts them at zero.
+ENGINE_COUNTERS = ("prompt_tokens", "generation_tokens", "num_preemptions", "prefix_cache_queries",
+                   "prefix_cache_hits", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")
 _GAUGES = (
     ("num_running", names.NUM_REQUESTS_RUNNING), ("num_waiting", names.NUM_REQUESTS_WAITING),
     ("kv_cache_usage", names.KV_CACHE_USAGE), ("memory_used_bytes", names.DEVICE_MEMORY_USED),

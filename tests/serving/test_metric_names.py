@@ -30,9 +30,14 @@ def test_query_names_look_like_vllm_and_record_names_suit_ray():
     assert all(":" not in s.record_name for s in names.SERVER_METRICS + names.CLIENT_METRICS)
 
 
+# A resource counter every replica exports at all times, as cAdvisor's container_cpu_cfs_throttled_* do
+# for every container: evidence a candidate should know to look for, not a hint at one cause.
+RESOURCE_COUNTERS = {names.REPLICA_CPU_PERIODS_THROTTLED.query_name, names.REPLICA_CPU_THROTTLED.query_name}
+
+
 def test_no_name_or_label_hints_at_a_cause():
     words = ("fault", "slow", "throttl", "bug", "inject", "incident", "leak")
-    texts = [s.query_name for s in names.SERVER_METRICS + names.CLIENT_METRICS]
+    texts = [s.query_name for s in names.SERVER_METRICS + names.CLIENT_METRICS if s.query_name not in RESOURCE_COUNTERS]
     texts += [lbl for s in names.SERVER_METRICS + names.CLIENT_METRICS for lbl in s.extra_labels]
     texts += list(names.SERVER_LABELS)
     assert not [t for t in texts if any(w in t for w in words)]
@@ -72,3 +77,13 @@ def test_the_traffic_endpoint_passes_promtool_lint():
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, check=False)
     assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), \
         (result.stdout + result.stderr).decode()
+
+
+def test_cpu_bandwidth_counters_are_declared_like_cadvisors():
+    assert [(s.query_name, s.kind) for s in (names.REPLICA_CPU_PERIODS, names.REPLICA_CPU_PERIODS_THROTTLED,
+                                             names.REPLICA_CPU_THROTTLED)] == [
+        ("sandbox:replica_cpu_periods_total", "counter"), ("sandbox:replica_cpu_periods_throttled_total", "counter"),
+        ("sandbox:replica_cpu_throttled_seconds_total", "counter")]
+    assert names.REPLICA_CPU.query_name == "sandbox:replica_cpu_seconds_total"
+    assert {names.REPLICA_CPU_PERIODS, names.REPLICA_CPU_PERIODS_THROTTLED, names.REPLICA_CPU_THROTTLED} <= set(
+        names.SERVER_METRICS)

@@ -1,0 +1,169 @@
+"""A real CPU quota on one replica's process: a cgroup of its own with a CFS bandwidth limit.
+
+    cgroup v1:  mkdir <cpu mount>/sandbox-<n>; cpu.cfs_period_us = 100000; cpu.cfs_quota_us = fraction x period
+    cgroup v2:  mkdir <unified mount>/sandbox-<n>; cpu.max = "<quota> <period>"
+    then the pid goes into the group's cgroup.procs (every thread moves with it).
+
+The kernel then holds the replica's threads off the CPU for the rest of each
+period once they have used their quota, and counts it in the group's cpu.stat
+(which the replica exports as sandbox:replica_cpu_throttled_seconds_total).
+Revert moves the process back to the group it came from and removes ours.
+"""
+from __future__ import annotations
+
+import errno
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from faults.base import Fault, FaultContext, InjectionFailed, Location, check_number, check_replica
+from faults.replicas import Process, list_replicas, select
+from services.serve.cgroup_cpu import CgroupMount, cgroup_of, cpu_mounts
+
+PERIOD_US = 100_000
+MIN_QUOTA_US = 1_000  # the kernel refuses a smaller quota
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+def _pids(group: Path) -> list[int]:
+    try:
+        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+@dataclass(frozen=True)
+class QuotaGroup:
+    mount: CgroupMount
+    path: Path
+
+    @classmethod
+    def create(cls, cpu_fraction: float) -> QuotaGroup:
+        """A new group under the first writable CPU hierarchy (v1 `cpu`, then v2), with the quota set."""
+        mounts = cpu_mounts()
+        tried = []
+        for mount in mounts:
+            try:
+                path = _new_dir(mount.path)
+            except OSError as e:
+                tried.append(f"{mount.path} (cgroup v{mount.version}): {e.strerror or e}")
+                continue
+            group = cls(mount, path)
+            try:
+                group._set_quota(cpu_fraction)
+            except OSError:
+                group.remove()
+                raise
+            return group
+        where = "; ".join(tried) or "no cgroup hierarchy with the cpu controller is mounted"
+        raise InjectionFailed("cpu-throttle needs a writable cgroup CPU controller (cgroup v1 `cpu`, e.g. "
+                              f"/sys/fs/cgroup/cpu, or cgroup v2 with `cpu` enabled) and root: {where}")
+
+    def _set_quota(self, cpu_fraction: float) -> None:
+        quota = max(MIN_QUOTA_US, round(cpu_fraction * PERIOD_US))
+        if self.mount.version == 1:
+            _write(self.path / "cpu.cfs_period_us", str(PERIOD_US))
+            _write(self.path / "cpu.cfs_quota_us", str(quota))
+        else:
+            subtree = self.path.parent / "cgroup.subtree_control"
+            if "cpu" not in subtree.read_text().split():
+                _write(subtree, "+cpu")
+            _write(self.path / "cpu.max", f"{quota} {PERIOD_US}")
+
+    def add(self, pid: int) -> None:
+        move(pid, self.path)
+
+    def remove(self, timeout_s: float = 5.0) -> None:
+        """rmdir the group once it is empty (a process that just exited may take a moment to leave)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as e:
+                if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+
+
+def _new_dir(parent: Path) -> Path:
+    for n in range(1, 1000):
+        path = parent / f"sandbox-{n}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, f"no free sandbox-<n> group name under {parent}")
+
+
+def move(pid: int, group: Path) -> None:
+    """Every thread of `pid` into `group`."""
+    try:
+        _write(group / "cgroup.procs", str(pid))
+    except OSError:
+        if not (group / "tasks").exists():
+            raise
+        for tid in _thread_ids(pid):  # v1: thread by thread
+            try:
+                _write(group / "tasks", str(tid))
+            except ProcessLookupError:
+                continue  # the thread ended meanwhile
+
+
+def _thread_ids(pid: int) -> list[int]:
+    try:
+        return sorted(int(t) for t in Path(f"/proc/{pid}/task").iterdir() if t.name.isdigit())
+    except OSError:
+        return []
+
+
+@dataclass
+class CpuThrottle(Fault):
+    """`replica: random | <index>`, `cpu_fraction`: the replica's process may use this share of one CPU."""
+    type: ClassVar[str] = "cpu-throttle"
+    component: ClassVar[str] = "cpu"
+    cpu_fraction: float
+    replica: str | int = "random"
+    _process: Process | None = field(default=None, init=False, repr=False)
+    _group: QuotaGroup | None = field(default=None, init=False, repr=False)
+    _origin: Path | None = field(default=None, init=False, repr=False)
+
+    def validate(self) -> None:
+        check_replica(self.replica)
+        check_number("cpu_fraction", self.cpu_fraction, MIN_QUOTA_US / PERIOD_US, 1.0, low_open=False,
+                     high_open=True)
+
+    def _inject(self, ctx: FaultContext) -> None:
+        target = select(list_replicas(ctx), self.replica, ctx.rng)
+        process = Process.of(target)
+        self._location = Location(replica=target.replica_id, version=ctx.state.version, component=self.component)
+        group = QuotaGroup.create(self.cpu_fraction)
+        self._group = group
+        self._origin = cgroup_of(process.pid, group.mount)
+        if self._origin is None:
+            raise InjectionFailed(f"cpu-throttle: cannot tell which cgroup pid {process.pid} is in")
+        self._process = process
+        group.add(process.pid)
+        if cgroup_of(process.pid, group.mount) != group.path or not process.alive():
+            raise InjectionFailed(f"cpu-throttle: pid {process.pid} did not move into {group.path}")
+        ctx.log(f"cpu-throttle: replica {target.replica_id} (pid {process.pid}) limited to "
+                f"{self.cpu_fraction:.0%} of a CPU in {group.path}")
+
+    def _revert(self, ctx: FaultContext) -> None:
+        if self._group is None:
+            return
+        if self._process is not None and self._origin is not None:
+            if self._process.alive():
+                move(self._process.pid, self._origin)
+            for pid in _pids(self._group.path):  # anything else that ended up in our group goes back too
+                move(pid, self._origin)
+            ctx.log(f"cpu-throttle (revert): pid {self._process.pid} back in {self._origin}")
+        self._group.remove()
+        self._group = self._process = self._origin = None

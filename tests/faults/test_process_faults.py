@@ -1,0 +1,130 @@
+"""cpu-throttle and pause on a real local process (a busy child standing in for a replica; no Ray).
+
+The cgroup and the signals are real; only replica discovery (Serve's REST API)
+is replaced by a list naming the child. tests/serving/test_faults_*.py run the
+same faults against real replicas.
+"""
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faults import FaultContext, InjectionFailed, build
+from faults.replicas import Process, Replica
+from sandbox.settings import SandboxConfig
+from sandbox.state import StackState
+from services.serve.cgroup_cpu import CpuStatCounter, cgroup_of, cpu_mount, read_cpu_stat
+
+BUSY = "import sys\nwhile True: pass"
+
+
+def _writable_cpu_cgroup() -> bool:
+    mount = cpu_mount()
+    if mount is None:
+        return False
+    probe = mount.path / "sandbox-probe-test"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+needs_cgroup = pytest.mark.skipif(not _writable_cpu_cgroup(), reason="needs a writable cgroup cpu controller (root)")
+
+
+@pytest.fixture
+def child():
+    # The argument makes the command line look like a Serve replica's process title.
+    proc = subprocess.Popen([sys.executable, "-c", BUSY, "ray::ServeReplica:test"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def ctx(tmp_path, child, monkeypatch):
+    replica = Replica("replica-under-test", child.pid)
+    for module in ("faults.cpu_throttle", "faults.pause"):
+        monkeypatch.setattr(f"{module}.list_replicas", lambda ctx: [replica])
+    return FaultContext(SandboxConfig(home=tmp_path), StackState("run", str(tmp_path), version="v1"),
+                        random.Random(0))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in USER_HZ (100 on Linux)
+
+
+def cpu_share(pid: int, seconds: float) -> float:
+    before, t0 = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / (time.monotonic() - t0)
+
+
+@needs_cgroup
+def test_cpu_throttle_limits_the_process_and_cpu_stat_counts_it(ctx, child):
+    counter = CpuStatCounter(child.pid)
+    origin = cgroup_of(child.pid, cpu_mount())
+    fault = build({"type": "cpu-throttle", "replica": 0, "cpu_fraction": 0.2})
+    where = fault.inject(ctx)
+    assert where.replica == "replica-under-test" and where.version == "v1" and where.component == "cpu"
+    group = cgroup_of(child.pid, cpu_mount())
+    assert group != origin and group.name.startswith("sandbox-")
+    share = cpu_share(child.pid, 1.5)
+    stat = read_cpu_stat(group)
+    assert share < 0.3, share
+    assert stat.throttled_periods > 5 and stat.throttled_seconds > 0.5
+    throttled = counter.read()
+    assert throttled.throttled_periods >= stat.throttled_periods - 1
+    fault.revert(ctx)
+    fault.revert(ctx)
+    assert cgroup_of(child.pid, cpu_mount()) == origin and not group.exists()
+    assert counter.read() == throttled  # back in its own group: the totals stop growing, and never go back
+
+
+@needs_cgroup
+def test_cpu_throttle_revert_after_the_process_died_removes_the_group(ctx, child):
+    fault = build({"type": "cpu-throttle", "replica": 0, "cpu_fraction": 0.5})
+    fault.inject(ctx)
+    group = cgroup_of(child.pid, cpu_mount())
+    child.kill()
+    child.wait()
+    fault.revert(ctx)
+    assert not group.exists()
+
+
+def test_pause_stops_the_process_and_resumes_it_when_its_time_is_up(ctx, child):
+    fault = build({"type": "pause", "replica": 0, "seconds": 1.0})
+    fault.inject(ctx)
+    assert fault.paused
+    assert cpu_share(child.pid, 0.5) < 0.05
+    time.sleep(0.8)
+    assert not fault.paused and cpu_share(child.pid, 0.5) > 0.1  # running again (other work shares the cores)
+    fault.revert(ctx)
+
+
+def test_pause_revert_resumes_at_once(ctx, child):
+    fault = build({"type": "pause", "replica": 0, "seconds": 600})
+    fault.inject(ctx)
+    assert fault.paused
+    fault.revert(ctx)
+    assert not fault.paused and fault._timer is None
+    fault.revert(ctx)
+
+
+def test_a_process_that_is_not_a_replica_here_is_refused(tmp_path):
+    with pytest.raises(InjectionFailed, match="not a process on this machine"):
+        Process.of(Replica("r", 1, node_ip="10.0.0.9"))  # pid 1 is not a Serve replica
+
+
+def test_a_pid_reused_by_another_process_is_not_the_same_process(child):
+    process = Process.of(Replica("r", child.pid))
+    assert process.alive()
+    child.kill()
+    child.wait()
+    assert not process.alive()
