@@ -53,6 +53,10 @@ def _from_running_sandbox(args: argparse.Namespace) -> None:
     args.targets_dir = args.targets_dir or state.targets_dir
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 async def _probe(prober: CanaryProber, duration_s: float | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -62,6 +66,7 @@ async def _probe(prober: CanaryProber, duration_s: float | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # until the probe loop handles it: stop as on Ctrl-C
     args = _parser().parse_args(argv)
     _from_running_sandbox(args)
     try:
@@ -69,11 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     metrics = CanaryMetrics()
-    endpoint = MetricsEndpoint(metrics.registry, args.host, args.port, args.targets_dir, linger_s=args.linger)
     prober = CanaryProber(args.api, args.model, metrics, config)
+    endpoint = MetricsEndpoint(metrics.registry, args.host, args.port, args.targets_dir, linger_s=args.linger)
     try:
         asyncio.run(_probe(prober, args.duration))
+    except KeyboardInterrupt:
+        pass  # stopped before the probe loop could take the signal
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # already shutting down: let it finish
+            signal.signal(sig, signal.SIG_IGN)
         endpoint.close()
     print(json.dumps({"endpoint": endpoint.url, "slots": prober.slots, "skipped": prober.skipped,
                       "references": len(prober.book), "nominal_requests_per_s": round(config.requests_per_s, 3),

@@ -113,3 +113,23 @@ def test_a_spawned_canary_is_announced_and_stops_on_sigterm(fake_api, tmp_path):
     assert proc.returncode == 0, (tmp_path / "canary.log").read_text()
     assert not announced.exists()
     assert "references" in json.loads((tmp_path / "canary.log").read_text().splitlines()[-1])  # its summary
+
+
+def test_sandbox_down_stops_a_running_canary(fake_api, tmp_path):
+    from sandbox.settings import SandboxConfig
+    from sandbox.stack import Stack
+    from sandbox.state import StackState, pid_alive
+
+    cfg = SandboxConfig(home=tmp_path / "home")
+    state = StackState(run_id="r", run_dir=str(tmp_path / "run"))  # nothing else started: no Ray, no Prometheus
+    state.save(cfg.state_file)
+    proc = process.spawn(fake_api, "m", state.targets_dir, tmp_path / "canary.log", first_port=19500,
+                         interval_s=0.2)
+    try:
+        result = Stack(cfg).down()
+        assert result["stopped"] == [f"canary prober (pid {proc.pid})"]
+        assert proc.wait(timeout=5) == 0 and not pid_alive(proc.pid)
+        assert not list(state.targets_dir.glob("*.json")) and not cfg.state_file.exists()
+    finally:
+        if proc.poll() is None:
+            process.stop(proc)
