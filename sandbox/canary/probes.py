@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count
-from typing import Iterator
 
 from services.model.tasks import TASKS, Example, eval_set
 

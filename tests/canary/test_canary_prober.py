@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from sandbox.canary.metrics import CanaryMetrics
-from sandbox.canary.probes import consistency_probes
 from sandbox.canary.prober import SCHEDULE, CanaryProber, ProberConfig
+from sandbox.canary.probes import consistency_probes
 from services.model.tasks import TASKS, eval_set
 
 ANSWERS = {e.prompt: e.answer for t in TASKS for e in eval_set(t)}

@@ -1,8 +1,17 @@
 """What the canary asks: held-out prompts per task in turn, length bands, fixed consistency probes."""
 from itertools import islice
 
-from sandbox.canary.probes import (ANSWER_SLACK_TOKENS, SEEDED_TEMPERATURE, STORY_MAX_TOKENS, AccuracyProbe,
-                                   accuracy_probes, consistency_probes, length_band, prompt_seed, task_bands)
+from sandbox.canary.probes import (
+    ANSWER_SLACK_TOKENS,
+    SEEDED_TEMPERATURE,
+    STORY_MAX_TOKENS,
+    AccuracyProbe,
+    accuracy_probes,
+    consistency_probes,
+    length_band,
+    prompt_seed,
+    task_bands,
+)
 from services.model.tasks import TASKS, Example, eval_set
 
 
