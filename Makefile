@@ -1,5 +1,5 @@
 # The two quick-start targets are `make demo` and `make test`; both set up .venv first.
-.PHONY: setup demo demo-engine test test-serving test-gpu bench bench-serving eval train clean
+.PHONY: setup demo demo-engine test test-serving test-gpu verify-all bench bench-serving eval train clean
 
 setup:
 	@scripts/setup.sh
@@ -21,6 +21,10 @@ test-serving: setup
 
 test-gpu: setup
 	.venv/bin/python -m pytest -q -m gpu tests/kernels
+
+# `sandbox verify` for every variant of every incident, one headless drill each (about 90 minutes).
+verify-all: setup
+	.venv/bin/sandbox verify --all
 
 eval: setup
 	.venv/bin/sandbox eval --json

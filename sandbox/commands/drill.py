@@ -93,29 +93,74 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def verify(
-        incident: str = typer.Argument(..., help=INCIDENTS_HELP),
+        incident: str = typer.Argument(None, help=INCIDENTS_HELP),
         variant: str = typer.Option(None, "--variant", help="the variant to check (default: chosen by --seed)"),
+        every: bool = typer.Option(False, "--all", help="every variant of the incident (of every incident "
+                                                        "when none is named), one after another"),
         seed: int = typer.Option(0, "--seed"),
         duration: float = typer.Option(None, "--duration", min=30, help="seconds of traffic (default: the incident's)"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object with a boolean `pass` and the checks"),
     ):
         """Check a variant is a fair drill: it pages within 120 s and never in the baseline, its evidence
-        separates it from every sibling variant, and other incidents' signals stay quiet."""
-        from sandbox.drill.verify import check_run
-
+        separates it from every sibling variant, other incidents' signals stay quiet, nothing leaks."""
         catalogue = _catalogue()
-        inc, variant = _pick(catalogue, incident, False, seed, variant)
-        result = _run(inc, variant, seed, duration, False, as_json, True,
-                      before_teardown=lambda d, prom: check_run(d, prom, catalogue))
-        out = {"incident": inc.id, "variant": variant, "seed": seed, "run_id": result.run_id,
-               "pass": bool(result.checks and result.checks["pass"]), "checks": result.checks,
-               "status": result.status}
+        if every:
+            if variant is not None:
+                fail("--all and --variant exclude each other", code=2)
+            names = [incident] if incident else sorted(catalogue)
+            for name in names:
+                if name not in catalogue:
+                    fail(f"unknown incident {name!r}; choose from {', '.join(sorted(catalogue))}", code=2)
+            cases = [(catalogue[n], v) for n in names for v in catalogue[n].variants]
+        else:
+            if incident is None:
+                fail("name an incident (or pass --all)", code=2)
+            cases = [_pick(catalogue, incident, False, seed, variant)]
+        results = [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
+        if len(results) == 1:
+            out = results[0]
+        else:
+            out = {"pass": all(r["pass"] for r in results), "results": results,
+                   "table": [_row(r) for r in results]}
+            if not as_json:
+                _print_table(out["table"])
         if as_json:
             print_json(out)
-        else:
-            _print_checks(out)
         if not out["pass"]:
             raise typer.Exit(1)
+
+
+def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
+    from sandbox.drill.verify import check_run
+
+    result = _run(inc, variant, seed, duration, False, as_json, True,
+                  before_teardown=lambda d, prom: check_run(d, prom, catalogue))
+    out = {"incident": inc.id, "variant": variant, "seed": seed, "run_id": result.run_id,
+           "pass": bool(result.checks and result.checks["pass"]) and result.status == "finished",
+           "checks": result.checks, "status": result.status}
+    if not as_json:
+        _print_checks(out)
+    return out
+
+
+def _row(r: dict) -> dict:
+    c = r["checks"] or {}
+    sep = c.get("separation", {})
+    by = {name: s["by"] for name, s in sep.get("siblings", {}).items()}
+    return {"incident": r["incident"], "variant": r["variant"], "pass": r["pass"],
+            "seconds_to_page": c.get("page", {}).get("seconds_to_page"), "separated_by": by,
+            "leaks": len(c.get("no_leaks", {}).get("hits", []))}
+
+
+def _print_table(rows: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table("incident", "variant", "pass", "page after (s)", "separated from siblings by", "leaks")
+    for r in rows:
+        table.add_row(r["incident"], r["variant"], "yes" if r["pass"] else "NO", str(r["seconds_to_page"]),
+                      "; ".join(f"{k}: {', '.join(v) or '-'}" for k, v in r["separated_by"].items()) or "-",
+                      str(r["leaks"]))
+    console.print(table)
 
 
 def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None):
@@ -169,6 +214,10 @@ def _print_checks(out: dict) -> None:
         for sig in s["signals"]:
             console.print(f"            {sig['signal']:<22} {sig['baseline']} -> {sig['incident']} "
                           f"(noise {sig['noise']}) {sig['direction']}")
+    if "no_leaks" in c:
+        n = c["no_leaks"]
+        console.print(f"  no leaks  {mark(n['pass'])} scanned {n['scanned']}" +
+                      "".join(f"\n            {h['term']!r} in {h['surface']}: {h['where']}" for h in n["hits"]))
     if "others_quiet" in c:
         q = c["others_quiet"]
         moved = {k: v["direction"] for k, v in q["primary_signals"].items() if v["direction"] not in ("flat", "no data")}
