@@ -29,6 +29,13 @@ def _batch_invariant(stack) -> bool:
     return bool(engine.get("batch_invariant", EngineConfig.batch_invariant))
 
 
+def _wait_until_unscraped(stack, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(t["labels"].get("job") == "canary" for t in stack.prom.targets()):
+        assert time.monotonic() < deadline, "Prometheus still scrapes the stopped canary"
+        time.sleep(0.25)
+
+
 @pytest.fixture(scope="module")
 def canary(stack, tmp_path_factory):
     """The canary's counts in Prometheus after ~20 s of probes, what was firing then, and its exit."""
@@ -56,6 +63,7 @@ def canary(stack, tmp_path_factory):
         probing_s = time.monotonic() - started
     finally:
         process.stop(proc)
+        _wait_until_unscraped(stack)  # later tests scrape every active target
     summary = json.loads(log.read_text().splitlines()[-1])
     yield {"accuracy": accuracy, "consistency": consistency, "replicas": replicas,
            "engine_replicas": engine_replicas, "active": active, "problems": problems, "loaded": loaded,
