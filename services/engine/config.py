@@ -4,12 +4,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from services.engine.scheduler import ABORT_MODES
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "int8", "int4")
 GRANULARITIES = ("per-channel", "per-group", "per-tensor")
 KV_CACHE_DTYPES = ("auto", "int8")
 KERNEL_BACKENDS = ("torch", "triton")
 DEVICES = ("auto", "cpu", "cuda")
+ATTENTION_IMPLS = ("auto", "paged")
+SAMPLER_IMPLS = ("default", "batched")
 
 
 def _positive(name: str, value) -> None:
@@ -39,6 +43,14 @@ class EngineConfig:
     num_speculative_tokens: int = 0
     kernel_backend: str | None = None  # None: triton on CUDA, torch on CPU
     batch_invariant: bool = False
+    # auto: the fastest kernel for the backend (fused SDPA on CPU, Triton on a
+    # GPU); paged: the blockwise paged-attention torch reference, everywhere.
+    attention_impl: str = "auto"
+    # How abort_request releases a request's KV blocks (see Scheduler).
+    abort_mode: str = "inline"
+    # default: each request draws from its own generator, seeded by
+    # SamplingParams.seed; batched: one engine-wide generator for all draws.
+    sampler_impl: str = "default"
     dtype: str = "auto"  # auto: bfloat16 (emulated on CPU by rounding), as served in production
     quantization: str = "none"
     quantization_granularity: str = "per-channel"
@@ -69,6 +81,9 @@ class EngineConfig:
         _choice("quantization_granularity", self.quantization_granularity, GRANULARITIES)
         _choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         _choice("device", self.device, DEVICES)
+        _choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+        _choice("abort_mode", self.abort_mode, ABORT_MODES)
+        _choice("sampler_impl", self.sampler_impl, SAMPLER_IMPLS)
         if self.kernel_backend is not None:
             _choice("kernel_backend", self.kernel_backend, KERNEL_BACKENDS)
         if self.kv_cache_scale is not None and not (isinstance(self.kv_cache_scale, (int, float)) and self.kv_cache_scale > 0):

@@ -11,6 +11,13 @@ class LLM:
     def __init__(self, model: str, **engine_config):
         self.llm_engine = LLMEngine(EngineConfig(model=model, **engine_config))
 
+    @classmethod
+    def from_engine(cls, engine: LLMEngine) -> "LLM":
+        """The offline API over an engine built elsewhere (e.g. from a replaced EngineConfig)."""
+        llm = cls.__new__(cls)
+        llm.llm_engine = engine
+        return llm
+
     def get_tokenizer(self):
         return self.llm_engine.get_tokenizer()
 

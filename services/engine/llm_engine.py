@@ -99,11 +99,15 @@ class LLMEngine:
             SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
                             config.enable_chunked_prefill, config.num_speculative_tokens),
             KVCacheManager(BlockPool(self.num_blocks, config.enable_prefix_caching),
-                           config.block_size, config.enable_prefix_caching))
+                           config.block_size, config.enable_prefix_caching),
+            abort_mode=config.abort_mode)
         self.stats = EngineStats()
         self._states: dict[str, _RequestState] = {}
         self._aborted: list[RequestOutput] = []
         self._rng = random.Random(config.seed)
+        # sampler_impl="batched": every draw comes from this one generator.
+        self._shared_generator = (torch.Generator().manual_seed(config.seed)
+                                  if config.sampler_impl == "batched" else None)
         self._ids = itertools.count()
 
     # -- construction ------------------------------------------------------
@@ -116,12 +120,13 @@ class LLMEngine:
             block_bytes += ModelRunner.kv_bytes_per_block(self.draft_weights.config, c.block_size, elem)
             weights_bytes += self.draft_weights.nbytes()
         common = dict(block_size=c.block_size, numerics=self.numerics, backend=self.backend,
-                      batch_invariant=c.batch_invariant, max_model_len=c.max_model_len)
+                      batch_invariant=c.batch_invariant, max_model_len=c.max_model_len,
+                      attention_impl=c.attention_impl)
         # Profile like vLLM: a dummy step of the full token budget with short
         # sequences. Long contexts at peak batch need more than this: headroom.
         probe = ModelRunner(self.weights, 1, kv_cache_dtype=c.kv_cache_dtype, kv_scale=self.kv_scale, **common)
         num_logits = c.max_num_seqs * (1 + c.num_speculative_tokens)
-        profiled = probe.activation_bytes(c.max_num_batched_tokens, num_logits, 1)
+        profiled = probe.activation_bytes(c.max_num_batched_tokens, num_logits, 1, c.max_num_seqs)
         del probe
         plan = self.memory.plan(weights_bytes, profiled, block_bytes, c.gpu_memory_utilization, c.num_gpu_blocks)
         self.num_blocks = plan.num_blocks
@@ -162,7 +167,10 @@ class LLMEngine:
                           sampling_params=params,
                           arrival_time=time.monotonic() if arrival_time is None else arrival_time)
         self.scheduler.add_request(request)
-        self._states[request_id] = _RequestState(request, text, params, torch.Generator().manual_seed(seed))
+        generator = self._shared_generator
+        if generator is None:
+            generator = torch.Generator().manual_seed(seed)
+        self._states[request_id] = _RequestState(request, text, params, generator)
         self.stats.prompt_tokens_total += len(ids)
         return request_id
 
@@ -210,8 +218,9 @@ class LLMEngine:
         if self.proposer:
             self.proposer.runner.copy_blocks(plan.block_copies)
         batch, rows = self._pack(plan)
+        num_seqs, max_blocks = batch.block_tables.shape
         self.memory.reserve_step(self.runner.activation_bytes(
-            batch.num_tokens, int(batch.logits_indices.shape[0]), int(batch.block_tables.shape[1])))
+            batch.num_tokens, int(batch.logits_indices.shape[0]), max_blocks, num_seqs))
         try:
             logits = self.runner.forward(batch)
         except torch.OutOfMemoryError as e:  # the real allocator on CUDA
@@ -259,7 +268,7 @@ class LLMEngine:
         if plain:
             states = [self._states[s.request.request_id] for _, s in plain]
             toks = sample(logits[[rows[i][0] for i, _ in plain]], [st.params for st in states],
-                          [st.generator for st in states])
+                          [st.generator for st in states], shared=self._shared_generator)
             for (_, s), tok in zip(plain, toks):
                 sampled[s.request.request_id] = [tok]
         for i, s in enumerate(plan.scheduled):

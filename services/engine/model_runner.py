@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from kernels.kv_cache_write import write_kv
 from kernels.matmul import choose_split_k, matmul
+from kernels.activation import silu_mul
+from kernels.bucketed_attention import paged_attention_bucketed
 from kernels.dense_attention import paged_attention_dense
-from kernels.paged_attention import paged_attention
+from kernels.paged_attention import paged_attention, paged_attention_ref
 from kernels.quant_matmul import quant_matmul
 from kernels.rmsnorm import rms_norm
 from kernels.quantized_weight import QuantizedWeight, dequantize_weight
@@ -77,10 +78,12 @@ class SeqSlice:
 class ModelRunner:
     def __init__(self, weights: ModelWeights, num_blocks: int, block_size: int, numerics: Numerics,
                  backend: str, batch_invariant: bool, max_model_len: int,
-                 kv_cache_dtype: str = "auto", kv_scale: float = 1.0, split_k_override: int | None = None):
+                 kv_cache_dtype: str = "auto", kv_scale: float = 1.0, split_k_override: int | None = None,
+                 attention_impl: str = "auto"):
         cfg = weights.config
         self.weights, self.cfg, self.numerics = weights, cfg, numerics
         self.backend, self.batch_invariant = backend, batch_invariant
+        self._attention = self._choose_attention(attention_impl)
         self.split_k_override = split_k_override
         self._dequantized: dict[int, torch.Tensor] = {}
         self.block_size, self.num_blocks = block_size, num_blocks
@@ -103,23 +106,35 @@ class ModelRunner:
     def kv_pool_bytes(self) -> int:
         return sum(c.numel() * c.element_size() for c in self.k_caches + self.v_caches)
 
-    def activation_bytes(self, num_tokens: int, num_logits: int, max_blocks: int) -> int:
+    def activation_bytes(self, num_tokens: int, num_logits: int, max_blocks: int, num_seqs: int = 1) -> int:
         """Peak bytes of the intermediate tensors one step allocates, from their shapes."""
-        from kernels.paged_attention import BLOCKS_PER_STEP, QUERIES_PER_CHUNK
-
         cfg, f = self.cfg, 4  # activations are fp32 tensors on CPU
         if self.numerics.device.type == "cuda":
             f = torch.tensor([], dtype=self.numerics.tensor_dtype).element_size()
         qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
         per_token = 2 * cfg.hidden_size + qkv + self.num_heads * self.head_dim + 3 * cfg.intermediate_size
-        # The attention reference scores a chunk of queries against BLOCKS_PER_STEP
+        tables = num_tokens * (max_blocks + 8) * 8
+        logits = 3 * num_logits * cfg.vocab_size * 4
+        return num_tokens * per_token * f + self.attention_bytes(num_tokens, num_seqs, max_blocks) + tables + logits
+
+    def attention_bytes(self, num_tokens: int, num_seqs: int, max_blocks: int) -> int:
+        """Scratch of the attention kernel that runs, which grows with batch x context on SDPA."""
+        from kernels.bucketed_attention import KEYS_PER_BUCKET
+        from kernels.paged_attention import BLOCKS_PER_STEP, QUERIES_PER_CHUNK
+
+        kv_row = self.num_kv_heads * self.head_dim * 4  # fp32 bytes of one key (or value)
+        if self._attention in (paged_attention_dense, paged_attention_bucketed):
+            # The SDPA paths gather each sequence's whole context, padded to the
+            # batch's longest (dense) or to its bucket: K and V in SDPA's layout,
+            # plus the transient block-gather copy. Conservative: every sequence
+            # of the step counted at the longest context.
+            keys = max_blocks * self.block_size + (KEYS_PER_BUCKET if self.batch_invariant else 0)
+            return 3 * num_seqs * keys * kv_row
+        # The blockwise reference scores a chunk of queries against BLOCKS_PER_STEP
         # gathered blocks at a time: K and V rows, scores and probabilities (fp32).
         n = min(num_tokens, QUERIES_PER_CHUNK)
         keys = BLOCKS_PER_STEP * self.block_size
-        attn = n * (2 * keys * self.num_kv_heads * self.head_dim + 3 * self.num_heads * keys) * 4
-        tables = num_tokens * (max_blocks + BLOCKS_PER_STEP) * 8
-        logits = 3 * num_logits * cfg.vocab_size * 4
-        return num_tokens * per_token * f + attn + tables + logits
+        return n * (2 * keys * kv_row + 3 * self.num_heads * keys * 4)
 
     # -- the forward pass --------------------------------------------------
     def linear(self, x: torch.Tensor, w) -> torch.Tensor:
@@ -138,12 +153,18 @@ class ModelRunner:
         return self.numerics.act(matmul(x, w, split_k=split_k, backend=self.backend,
                                         partial_dtype=self.numerics.split_k_partial_dtype))
 
+    def _choose_attention(self, impl: str):
+        if impl == "paged":  # the blockwise reference, on any device
+            return paged_attention_ref
+        if self.backend == "triton":  # invariant by construction
+            return lambda *a, **kw: paged_attention(*a, backend="triton", **kw)
+        # Torch backend: fused SDPA either way. The dense path pads a decode
+        # batch to its longest sequence, so its bits follow the batch; the
+        # bucketed path fixes each query's call shape from its own position.
+        return paged_attention_bucketed if self.batch_invariant else paged_attention_dense
+
     def attention(self, *args, **kwargs) -> torch.Tensor:
-        # On the torch backend, batch-variant serving takes the fused SDPA path;
-        # batch-invariant mode pays for the blockwise online-softmax reference.
-        if self.backend == "torch" and not self.batch_invariant:
-            return paged_attention_dense(*args, **kwargs)
-        return paged_attention(*args, backend=self.backend, **kwargs)
+        return self._attention(*args, **kwargs)
 
     def norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return self.numerics.act(rms_norm(x, w, self.cfg.rms_norm_eps, backend=self.backend))
@@ -175,7 +196,8 @@ class ModelRunner:
             x = self.numerics.act(x + self.linear(self.numerics.act(attn).reshape(t, hq * d), layer.o))
             h = self.norm(x, layer.post_norm)
             gate, up = self.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = self.numerics.act(x + self.linear(self.numerics.act(F.silu(gate) * up), layer.down))
+            act = silu_mul(gate, up, row_invariant=self.batch_invariant)
+            x = self.numerics.act(x + self.linear(self.numerics.act(act), layer.down))
         if batch.logits_indices.numel() == 0:  # every sequence is mid-prefill
             return torch.empty((0, self.cfg.vocab_size), device=x.device)
         x = self.norm(x[batch.logits_indices], self.weights.norm)

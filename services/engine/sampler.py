@@ -51,7 +51,10 @@ def _top_k_top_p(probs: torch.Tensor, params: list[SamplingParams]) -> torch.Ten
 
 def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One token from probs [V] by inverse CDF with one uniform from `generator`."""
-    u = torch.rand((), generator=generator)
+    return inverse_cdf(probs, float(torch.rand((), generator=generator)))
+
+
+def inverse_cdf(probs: torch.Tensor, u: float) -> int:
     cdf = torch.cumsum(probs, dim=0)
     idx = int(torch.searchsorted(cdf, u * cdf[-1], right=True))
     # Guard the top end against rounding, and never pick a zero-mass token.
@@ -61,14 +64,24 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     return idx
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams],
-           generators: list[torch.Generator]) -> list[int]:
-    """One token per row. logits: [N, V]."""
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator],
+           shared: torch.Generator | None = None) -> list[int]:
+    """One token per row. logits: [N, V].
+
+    With `shared` (the engine's `sampler_impl="batched"`), the uniforms of all
+    random rows come from one draw on that engine-wide generator and
+    `generators` is not used: per-request seeds have no effect.
+    """
     greedy = all(p.greedy for p in params)
     if greedy:
         return torch.argmax(logits, dim=-1).tolist()
     probs = processed_probs(logits, params)
+    batched = shared is not None
+    uniforms = iter(torch.rand(sum(not p.greedy for p in params), generator=shared).tolist()) if batched else None
     out = []
     for i, p in enumerate(params):
-        out.append(int(torch.argmax(probs[i])) if p.greedy else draw(probs[i], generators[i]))
+        if p.greedy:
+            out.append(int(torch.argmax(probs[i])))
+        else:
+            out.append(inverse_cdf(probs[i], next(uniforms)) if batched else draw(probs[i], generators[i]))
     return out

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from services.engine.kv_cache_manager import KVCacheManager
 from services.engine.sequence import Request, RequestStatus
 
+ABORT_MODES = ("inline", "deferred")
+
 
 def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -78,8 +80,12 @@ class SchedulerStats:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, abort_mode: str = "inline") -> None:
+        if abort_mode not in ABORT_MODES:
+            raise ValueError(f"abort_mode must be one of {', '.join(ABORT_MODES)}, got {abort_mode!r}")
         self.config = config
+        self.abort_mode = abort_mode
+        self.deferred_release: list[Request] = []  # aborted, blocks not yet released
         self.kv_cache_manager = kv_cache_manager
         self.clock = clock
         self.requests: dict[str, Request] = {}  # unfinished only
@@ -259,7 +265,8 @@ class Scheduler:
                 return RequestStatus.FINISHED_LENGTH
         return None
 
-    def finish_requests(self, request_ids: Iterable[str], status: RequestStatus) -> list[Request]:
+    def finish_requests(self, request_ids: Iterable[str], status: RequestStatus,
+                        release: bool = True) -> list[Request]:
         """Stop unfinished requests (e.g. a stop string was detokenized); unknown ids are skipped.
 
         Between schedule() and the forward pass, the forward must still run the
@@ -272,21 +279,28 @@ class Scheduler:
         for request_id in request_ids:
             request = self.requests.get(request_id)
             if request is not None:
-                self._finish(request, status)
+                self._finish(request, status, release)
                 finished.append(request)
         return finished
 
     def abort_requests(self, request_ids: Iterable[str]) -> list[Request]:
-        return self.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
+        # "deferred" parks aborted requests for a release after the step in flight
+        # that never comes: the sandbox's KV-block-leak fault (ref_cnt never drops).
+        inline = self.abort_mode == "inline"
+        aborted = self.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED, release=inline)
+        if not inline:
+            self.deferred_release.extend(aborted)
+        return aborted
 
-    def _finish(self, request: Request, status: RequestStatus) -> None:
+    def _finish(self, request: Request, status: RequestStatus, release: bool = True) -> None:
         if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
         else:
             self.waiting.remove(request)
         request.status = status
         request.finished_time = self.clock()
-        self.kv_cache_manager.free(request)
+        if release:
+            self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
         self._finished_ids.append(request.request_id)
 

@@ -13,3 +13,10 @@ def target_path() -> Path:
 
 def draft_path() -> Path:
     return Path(os.environ.get("SANDBOX_DRAFT_MODEL", WEIGHTS_DIR / "draft"))
+
+
+def early_draft_path() -> Path:
+    """The draft's architecture and tokenizer after only 100 training steps: a
+    real draft that agrees with the target far less often (an early checkpoint
+    shipped by mistake)."""
+    return Path(os.environ.get("SANDBOX_EARLY_DRAFT_MODEL", WEIGHTS_DIR / "draft-early"))

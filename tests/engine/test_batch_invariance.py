@@ -1,79 +1,112 @@
-"""Batch variance: split-K reductions whose split count follows the batch size.
+"""Batch variance: reductions whose order follows the batch.
 
-With `batch_invariant=True` one reduction order is fixed, so a prompt's logits
-are bit-identical alone and inside a batch. With it off, the split count (and
-MKL's row kernel) changes with the batch and low-order bits move; on the
-open-ended task, where greedy decoding meets near-ties, text diverges.
+With `batch_invariant=True` one reduction order is fixed (no split-K, and the
+bucketed SDPA attention whose call shapes follow each query's own position),
+so a prompt's logits are bit-identical alone and inside any batch, however
+its prompt was chunked. With it off, split-K counts and the padded decode
+attention change with the batch and low-order bits move; on the open-ended
+task, where greedy decoding meets near-ties, text diverges.
 """
+import random
+
+import pytest
 import torch
 
 from services.engine import LLM, SamplingParams
-from services.model.tasks import TASKS, eval_set
-
-PROBE = "story: a big fox "
+from services.model.tasks import eval_set
 
 
-def capture_logits(llm) -> dict[str, list[torch.Tensor]]:
-    engine, seen = llm.llm_engine, {}
+def long_story(num_chars: int, seed: int) -> str:
+    """A story prompt of about num_chars characters, made of grammatical sentences."""
+    rng, stories = random.Random(seed), [e.prompt[7:] + e.answer for e in eval_set("story", 200)]
+    text = "story:"
+    while len(text) < num_chars:
+        text += " " + rng.choice(stories)
+    return text[:num_chars].rsplit(" ", 1)[0] + " "
+
+
+# 301 tokens with <bos>: decoded past 300 keys, where the fused CPU SDPA's bits
+# depend on the padded key length (and float32 shows every bit).
+PROBE = long_story(300, 0)
+
+
+def record_probe(llm) -> dict[str, list]:
+    """Spy on the engine's sampler input: per request, its logits rows and the
+    (first position, token count) of every step it was scheduled in."""
+    engine, seen = llm.llm_engine, {"logits": {}, "chunks": {}}
     original = engine._sample
 
     def recording(plan, logits, rows):
         for s, (a, b) in zip(plan.scheduled, rows):
+            rid = s.request.request_id
+            seen["chunks"].setdefault(rid, []).append((s.num_computed_tokens, s.num_new_tokens))
             if b > a:
-                seen.setdefault(s.request.request_id, []).append(logits[a].clone())
+                seen["logits"].setdefault(rid, []).append(logits[a].clone())
         return original(plan, logits, rows)
 
     engine._sample = recording
     return seen
 
 
-def batch_of_16():
-    others = [e.prompt for t in TASKS for e in eval_set(t)[:3]]
-    return [PROBE] + others[:15]
+def other_prompts(n: int) -> list[str]:
+    """Story prompts of 20 to 600 characters, shorter and longer than the probe."""
+    return [long_story(20 + (37 * i) % 600, i + 1) for i in range(n)]
 
 
-def probe_logits(batch_invariant: bool):
+def probe_alone_and_in_batch(model_path, batch_size: int, **config):
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    llm = LLM(_model(), batch_invariant=batch_invariant)
-    seen = capture_logits(llm)
+    llm = LLM(model_path, **config)
+    seen = record_probe(llm)
     alone_id = llm.generate(PROBE, params)[0].request_id
-    alone = seen[alone_id]
-    batch_id = llm.generate(batch_of_16(), params)[0].request_id
-    return alone, seen[batch_id]
+    batch = other_prompts(batch_size - 1)
+    batch.insert(batch_size // 2, PROBE)  # admitted after others: its chunks start elsewhere
+    batch_id = llm.generate(batch, params)[batch_size // 2].request_id
+    return seen, alone_id, batch_id
 
 
-def _model():
-    from services.model.paths import target_path
-    return str(target_path())
-
-
-def test_batch_invariant_mode_gives_identical_logits_alone_and_in_a_batch_of_16():
-    alone, batched = probe_logits(batch_invariant=True)
-    assert len(alone) == len(batched) == 12
-    for a, b in zip(alone, batched):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("batch_size, budget", [(4, 2048), (16, 2048), (16, 64)],
+                         ids=["4-whole-prefill", "16-whole-prefill", "16-chunked-prefill"])
+def test_batch_invariant_mode_gives_identical_logits_alone_and_in_a_batch(model_path, batch_size, budget, dtype):
+    seen, alone, batched = probe_alone_and_in_batch(
+        model_path, batch_size, batch_invariant=True, enable_prefix_caching=False,
+        max_num_batched_tokens=budget, dtype=dtype)
+    if budget == 64:
+        assert seen["chunks"][alone][:2] == [(0, 64), (64, 64)]
+        assert seen["chunks"][batched][:2] != seen["chunks"][alone][:2]
+    assert len(seen["logits"][alone]) == len(seen["logits"][batched]) == 12  # 1 prefill + 11 decode
+    for a, b in zip(seen["logits"][alone], seen["logits"][batched]):
         assert torch.equal(a, b)
 
 
-def test_without_batch_invariance_logits_differ_alone_and_in_a_batch():
-    alone, batched = probe_logits(batch_invariant=False)
-    assert any(not torch.equal(a, b) for a, b in zip(alone, batched))
+def test_batch_invariant_mode_gives_identical_logits_after_a_prefix_cache_hit(model_path):
+    seen, alone, batched = probe_alone_and_in_batch(model_path, 4, batch_invariant=True, dtype="float32")
+    assert seen["chunks"][batched][0] == (288, 13)  # 18 cached blocks, only the tail computed
+    for a, b in zip(seen["logits"][alone], seen["logits"][batched]):
+        assert torch.equal(a, b)
 
 
-def divergence_share(batch_invariant: bool, n: int = 48) -> float:
+def test_without_batch_invariance_logits_differ_alone_and_in_a_batch(model_path):
+    seen, alone, batched = probe_alone_and_in_batch(model_path, 16, batch_invariant=False)
+    assert any(not torch.equal(a, b) for a, b in zip(seen["logits"][alone], seen["logits"][batched]))
+
+
+def divergence_share(model_path, batch_invariant: bool, n: int = 48) -> float:
     prompts = [e.prompt for e in eval_set("story", n)]
     params = SamplingParams(temperature=0, max_tokens=48)
-    llm = LLM(_model(), batch_invariant=batch_invariant)
+    llm = LLM(model_path, batch_invariant=batch_invariant)
     batched = [o.outputs[0].text for o in llm.generate(prompts, params)]
     alone = [llm.generate(p, params)[0].outputs[0].text for p in prompts]
     return sum(a != b for a, b in zip(alone, batched)) / n
 
 
-def test_greedy_story_text_diverges_for_a_noticeable_share_of_prompts_without_batch_invariance(record_property):
-    share = divergence_share(batch_invariant=False)
+def test_greedy_story_text_diverges_for_a_noticeable_share_of_prompts_without_batch_invariance(
+        model_path, record_property):
+    share = divergence_share(model_path, batch_invariant=False)
     record_property("divergence_share", share)
     print(f"greedy story divergence alone vs batch of 48: {share:.0%}")
     assert share >= 0.05
 
 
-def test_batch_invariant_mode_never_diverges():
-    assert divergence_share(batch_invariant=True, n=16) == 0.0
+def test_batch_invariant_mode_never_diverges(model_path):
+    assert divergence_share(model_path, batch_invariant=True, n=16) == 0.0
