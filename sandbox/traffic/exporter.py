@@ -46,6 +46,10 @@ class TrafficExporter:
                                      labels, registry=reg)
         self.in_flight = Gauge(names.CLIENT_IN_FLIGHT.record_name, names.CLIENT_IN_FLIGHT.help, labels,
                                registry=reg)
+        # The statuses a client commonly sees exist at 0 from the start: rate() cannot see the first
+        # increment of a series that is born at 1, and that first error is the one that matters.
+        for status in ("200", "499", "500", "503", "error"):
+            self.requests.labels(profile, status)
         self.host = host
         self.port = _free_port(host, first_port)
         self._server, self._thread = start_http_server(self.port, addr=host, registry=reg)
