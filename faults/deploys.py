@@ -56,15 +56,17 @@ class Deploy(Fault):
                 raise InvalidFault(f"set.{key}", "not a setting this fault changes"
                                    + (": use the fault's version field" if key == "version" else ""))
         repo = _repo_config()
-        for key, value in self.set.items():  # one at a time first, so the error names the key
-            try:
-                repo.with_overrides([_assignment(key, value)]).check_engine()
-            except ValueError as e:
-                raise InvalidFault(f"set.{key}", str(e)) from None
         try:
             repo.with_overrides(self.assignments(), self.version).check_engine()
-        except ValueError as e:
-            raise InvalidFault("version" if "version" in str(e) else "set", str(e)) from None
+        except ValueError as combined:
+            # Settings can depend on each other (a draft model needs speculative tokens), so the set is
+            # judged whole; one key at a time only finds which key to name in the error.
+            for key, value in self.set.items():
+                try:
+                    repo.with_overrides([_assignment(key, value)]).check_engine()
+                except ValueError as e:
+                    raise InvalidFault(f"set.{key}", str(e)) from None
+            raise InvalidFault("version" if "version" in str(combined) else "set", str(combined)) from None
 
     def assignments(self) -> list[str]:
         return [_assignment(k, v) for k, v in self.set.items()]

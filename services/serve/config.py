@@ -70,10 +70,28 @@ class ServeAppConfig:
 
         kwargs = {"torch_threads": 1, **self.engine}
         kwargs["model"] = str(kwargs.get("model") or target_path())
+        if kwargs.get("speculative_model") in SHIPPED_DRAFTS:  # a shipped checkpoint, by name
+            kwargs["speculative_model"] = str(SHIPPED_DRAFTS[kwargs["speculative_model"]]())
         return EngineConfig(**kwargs)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _draft():
+    from services.model.paths import draft_path
+
+    return draft_path()
+
+
+def _early_draft():
+    from services.model.paths import early_draft_path
+
+    return early_draft_path()
+
+
+# Checkpoints in the repo that a deploy may name instead of a path (engine.speculative_model=draft).
+SHIPPED_DRAFTS = {"draft": _draft, "draft-early": _early_draft}
 
 
 @dataclass
