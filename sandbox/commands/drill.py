@@ -116,7 +116,10 @@ def register(app: typer.Typer) -> None:
             if incident is None:
                 fail("name an incident (or pass --all)", code=2)
             cases = [_pick(catalogue, incident, False, seed, variant)]
-        results = [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
+        if len(cases) > 1:
+            results = _verify_many(catalogue, cases, seed, duration, as_json)
+        else:
+            results = [_verify_one(catalogue, *cases[0], seed, duration, as_json)]
         if len(results) == 1:
             out = results[0]
         else:
@@ -133,14 +136,35 @@ def register(app: typer.Typer) -> None:
 def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
     from sandbox.drill.verify import check_run
 
-    result = _run(inc, variant, seed, duration, False, as_json, True,
-                  before_teardown=lambda d, prom: check_run(d, prom, catalogue))
+    try:
+        result = _run(inc, variant, seed, duration, False, as_json, True,
+                      before_teardown=lambda d, prom: check_run(d, prom, catalogue))
+    except typer.Exit:  # the drill failed (said why on stderr); the other cases still run
+        return {"incident": inc.id, "variant": variant, "seed": seed, "run_id": None, "pass": False,
+                "checks": None, "status": "failed"}
     out = {"incident": inc.id, "variant": variant, "seed": seed, "run_id": result.run_id,
            "pass": bool(result.checks and result.checks["pass"]) and result.status == "finished",
            "checks": result.checks, "status": result.status}
     if not as_json:
         _print_checks(out)
     return out
+
+
+def _verify_many(catalogue, cases, seed, duration, as_json) -> list[dict]:
+    """One stack for all the cases (each drill reverts its faults and waits until no alert fires)."""
+    from sandbox.progress import Steps
+    from sandbox.stack import Stack, StackRunningError
+
+    cfg = config()
+    stack = Stack(cfg, Steps(None if as_json else console))
+    try:
+        stack.up()
+    except StackRunningError as e:
+        fail(f"{e} (verify --all brings up its own stack)")
+    try:
+        return [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
+    finally:
+        stack.down()
 
 
 def _row(r: dict) -> dict:

@@ -137,11 +137,26 @@ class Drill:
             state = StackState.load(self.cfg.state_file)
             if state.prometheus_pid and PrometheusClient(state.prometheus_url).ready():
                 self.steps.note(f"reusing the running sandbox (run {state.run_id})")
+                self._wait_quiet(state)
                 return state
         except NoStackError:
             pass
         self.started_stack = True
         return Stack(self.cfg, self.steps).up()
+
+    def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
+        """A reused stack may still be paging about an earlier drill: the baseline starts after it stops."""
+        prom = PrometheusClient(state.prometheus_url)
+        try:
+            with self.steps.step("waiting until no alert is firing"):
+                deadline = time.monotonic() + timeout_s
+                while prom.firing_alerts() or _pending(prom):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"alerts still firing after {timeout_s:.0f}s on the reused stack: "
+                                           f"{[a['labels'].get('alertname') for a in prom.firing_alerts()]}")
+                    time.sleep(2)
+        finally:
+            prom.close()
 
     # -- the timeline ----------------------------------------------------------------
     def _follow_timeline(self) -> None:
@@ -310,6 +325,10 @@ def _start_canary(state: StackState, log_file: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "sandbox.canary", "--api", state.api_url, "--model",
                              state.model_name, "--targets-dir", str(state.targets_dir)],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _pending(prom: PrometheusClient) -> bool:
+    return any(a.get("state") == "pending" for a in prom._get("/api/v1/alerts", {})["alerts"])
 
 
 def _raise_interrupted(signum, frame):
