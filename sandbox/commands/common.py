@@ -28,7 +28,7 @@ def running_state(cfg: SandboxConfig) -> StackState:
 
 
 def fail(message: str, code: int = 1):
-    err_console.print(f"[red]error:[/red] {message}")
+    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True)  # paths and ids stay whole
     raise typer.Exit(code)
 
 
