@@ -23,6 +23,7 @@ from services.serve.metric_names import scrape_renames
 def render(*, scrape_interval_s: float, prometheus_address: str, ray_sd_file: Path, targets_dir: Path,
            rule_files: Sequence[Path] = (), evaluation_interval_s: float = 1.0) -> str:
     interval = f"{int(scrape_interval_s * 1000)}ms"
+    ray_interval = f"{int(max(scrape_interval_s, 2.0) * 1000)}ms"
     renames = [{"source_labels": ["__name__"], "regex": regex, "target_label": "__name__",
                 "replacement": replacement} for regex, replacement in scrape_renames()]
     config = {
@@ -31,7 +32,10 @@ def render(*, scrape_interval_s: float, prometheus_address: str, ray_sd_file: Pa
         "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
             {"job_name": "prometheus", "static_configs": [{"targets": [prometheus_address]}]},
-            {"job_name": "ray", "file_sd_configs": [{"files": [str(ray_sd_file)], "refresh_interval": "5s"}],
+            # Ray's agent renders every series of every replica that ever ran (with five labels of its own):
+            # thousands of series, over a second to serve on a busy 2-core host. It gets two seconds.
+            {"job_name": "ray", "scrape_interval": ray_interval, "scrape_timeout": ray_interval,
+             "file_sd_configs": [{"files": [str(ray_sd_file)], "refresh_interval": "5s"}],
              "metric_relabel_configs": renames},
             {"job_name": "traffic",
              "file_sd_configs": [{"files": [str(targets_dir / "traffic-*.json")], "refresh_interval": "5s"}]},

@@ -151,20 +151,8 @@ def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
 
 
 def _verify_many(catalogue, cases, seed, duration, as_json) -> list[dict]:
-    """One stack for all the cases (each drill reverts its faults and waits until no alert fires)."""
-    from sandbox.progress import Steps
-    from sandbox.stack import Stack, StackRunningError
-
-    cfg = config()
-    stack = Stack(cfg, Steps(None if as_json else console))
-    try:
-        stack.up()
-    except StackRunningError as e:
-        fail(f"{e} (verify --all brings up its own stack)")
-    try:
-        return [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
-    finally:
-        stack.down()
+    """One fresh stack per case: series of replicas from earlier drills would pile up in Ray's exporter."""
+    return [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
 
 
 def _row(r: dict) -> dict:

@@ -13,8 +13,15 @@ from dataclasses import dataclass, field
 
 from services.model.tasks import MAKERS
 
+def _worked_examples(n: int, seed: int = 1234) -> str:
+    rng = random.Random(seed)
+    return "".join(f"{ex.prompt}{ex.answer}\n" for ex in (MAKERS[t](rng) for t in sorted(MAKERS) * n))
+
+
+# As in production, the shared system prompt is long (instructions plus worked examples, about 500
+# characters = tokens): prefix caching saves most of every request's prefill, which is what makes it matter.
 SYSTEM_PROMPT = ("system: you are a careful assistant for exact text tasks. copy, reverse, sort and add "
-                 "exactly; tell short stories in plain words.")
+                 "exactly; tell short stories in plain words. examples:\n" + _worked_examples(2))
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,9 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
     TrafficProfile("shared-prefix", "nearly every request starts with the system prompt",
                    _EVEN, 0.95, (LengthBand(1.0, 0, 0),), (16, 48)),
     TrafficProfile("long-prompts", "long unrelated context before each task; little prefix sharing",
-                   _EVEN, 0.1, (LengthBand(1.0, 300, 700),), (16, 48)),
+                   _EVEN, 0.1, (LengthBand(1.0, 250, 450),), (16, 48)),
+    TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
+                   _EVEN, 0.95, (LengthBand(1.0, 250, 400),), (16, 48)),
     TrafficProfile("short", "short prompts and outputs: quick checks and tests",
                    _EVEN, 0.5, (LengthBand(1.0, 0, 0),), (4, 12)),
 )}

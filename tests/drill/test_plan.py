@@ -45,7 +45,7 @@ def test_a_surge_multiplies_the_rate_from_the_injection_on(surge):
 def test_a_decoy_changes_the_prompt_mix_at_the_injection(ttft):
     plan = make_plan(ttft, "prompts-grew", 0)
     assert plan.segment_at(0).profile == "shared-prefix"
-    assert plan.segment_at(plan.inject_at_s + 0.1).profile == "long-prompts"
+    assert plan.segment_at(plan.inject_at_s + 0.1).profile == "shared-prefix-long"
 
 
 def test_a_duration_shorter_than_the_injection_is_refused(ttft):
