@@ -34,21 +34,31 @@ def bucket_of(pos: torch.Tensor) -> torch.Tensor:
     return (pos // KEYS_PER_BUCKET + 1) * KEYS_PER_BUCKET
 
 
-def _gather(cache: torch.Tensor, tables: torch.Tensor, length: int, cache_scale: float) -> torch.Tensor:
-    """Keys 0..length-1 of n sequences: cache [num_blocks, bs, Hkv, D], tables [n, >= length // bs]
-    -> [n, Hkv, length, D] fp32. Table entries past a sequence's end are masked keys: any block does."""
+def _gather(cache: torch.Tensor, tables: torch.Tensor, lengths: torch.Tensor, length: int,
+            cache_scale: float) -> torch.Tensor:
+    """Keys 0..length-1 of n sequences -> [n, Hkv, length, D] fp32.
+
+    cache: [num_blocks, bs, Hkv, D]; tables: [n, >= length // bs] (entries
+    past a sequence's blocks must be valid ids; the caller zeroes them);
+    lengths: [n] keys each sequence has. Keys past a sequence's length are
+    zeroed: a masked key scores -inf either way, but stale memory may hold NaN,
+    and NaN + -inf is NaN.
+    """
     n, (bs, hkv, d) = tables.shape[0], cache.shape[1:]
     blocks = tables[:, : length // bs].long()  # [n, nb]
     rows = cache[blocks].permute(0, 3, 1, 2, 4).reshape(n, hkv, length, d)  # one copy, in SDPA's layout
-    return rows.float() * cache_scale if cache.dtype == torch.int8 else rows.float()
+    rows = rows.float() * cache_scale if cache.dtype == torch.int8 else rows.float()
+    stale = torch.arange(length, device=cache.device)[None, :] >= lengths[:, None]  # [n, length]
+    return rows.masked_fill_(stale[:, None, :, None], 0.0)
 
 
 def paged_attention_bucketed(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale,
                              k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     # q: [T, Hq, D] -> out [T, Hq, D] in q's dtype
     check_paged_inputs(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
-    if KEYS_PER_BUCKET % k_cache.shape[1]:
-        raise ValueError(f"block_size {k_cache.shape[1]} must divide KEYS_PER_BUCKET={KEYS_PER_BUCKET}")
+    bs = k_cache.shape[1]
+    if KEYS_PER_BUCKET % bs:
+        raise ValueError(f"block_size {bs} must divide KEYS_PER_BUCKET={KEYS_PER_BUCKET}")
     T, Hq, D = q.shape
     Hkv = k_cache.shape[2]
     out = torch.empty((T, Hkv, Hq // Hkv, D), device=q.device)
@@ -57,9 +67,11 @@ def paged_attention_bucketed(q, k_cache, v_cache, block_tables, seq_lens, query_
     seq_of_token, pos = query_positions(seq_lens, query_start_loc, T)
     qg = q.float().reshape(T, Hkv, Hq // Hkv, D)  # [T, Hkv, G, D]
     buckets = bucket_of(pos.long())
-    # Pad the tables (with block 0) so every bucket's blocks can be sliced.
-    width = int(buckets.max()) // k_cache.shape[1]
-    tables = F.pad(block_tables, (0, max(0, width - block_tables.shape[1])))
+    # Table entries past each sequence's blocks become block 0 (any valid id:
+    # those keys are zeroed and masked), widened so every bucket can be sliced.
+    width = max(int(buckets.max()) // bs, block_tables.shape[1])
+    owned = torch.arange(width, device=q.device)[None, :] < (seq_lens.long()[:, None] + bs - 1) // bs
+    tables = torch.where(owned, F.pad(block_tables, (0, width - block_tables.shape[1])), 0)
     seqs, positions, lengths = seq_of_token.tolist(), pos.tolist(), buckets.tolist()
     groups: dict[int, dict[int, list[int]]] = {}  # bucket -> sequence -> its tokens
     for t in range(T):
@@ -67,14 +79,15 @@ def paged_attention_bucketed(q, k_cache, v_cache, block_tables, seq_lens, query_
     for length, by_seq in groups.items():
         singles = [ts[0] for ts in by_seq.values() if len(ts) == 1]
         for b, tokens in by_seq.items():
-            if len(tokens) > 1:
-                k = _gather(k_cache, tables[b:b + 1], length, k_scale)
-                v = _gather(v_cache, tables[b:b + 1], length, v_scale)
-                n = len(tokens)
-                _attend(qg, out, tokens, positions, k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1), scale)
+            if len(tokens) > 1:  # one gather, shared by the queries through a stride-0 expand
+                n, sl = len(tokens), seq_lens[b:b + 1]
+                k = _gather(k_cache, tables[b:b + 1], sl, length, k_scale).expand(n, -1, -1, -1)
+                v = _gather(v_cache, tables[b:b + 1], sl, length, v_scale).expand(n, -1, -1, -1)
+                _attend(qg, out, tokens, positions, k, v, scale)
         if singles:
-            rows = tables[torch.tensor([seqs[t] for t in singles], device=q.device)]
-            k, v = _gather(k_cache, rows, length, k_scale), _gather(v_cache, rows, length, v_scale)
+            idx = torch.tensor([seqs[t] for t in singles], device=q.device)
+            rows, sl = tables[idx], seq_lens[idx]
+            k, v = _gather(k_cache, rows, sl, length, k_scale), _gather(v_cache, rows, sl, length, v_scale)
             _attend(qg, out, singles, positions, k, v, scale)
     return out.reshape(T, Hq, D).to(q.dtype)
 
@@ -85,3 +98,38 @@ def _attend(qg, out, tokens: list[int], positions: list[int], k, v, scale: float
     pos = torch.tensor([positions[t] for t in tokens], device=qg.device)
     mask = (torch.arange(k.shape[2], device=qg.device)[None, :] <= pos[:, None])[:, None, None, :]  # [n,1,1,L]
     out[idx] = F.scaled_dot_product_attention(qg[idx], k, v, attn_mask=mask, scale=scale)
+
+
+if __name__ == "__main__":  # seeded timing against the dense SDPA path and the blockwise reference
+    import json
+    import time
+
+    from kernels.dense_attention import paged_attention_dense
+    from kernels.paged_attention import paged_attention_ref
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    bs, hkv, hq, d, num_blocks = 16, 2, 8, 32, 2048
+    k_cache, v_cache = torch.randn(num_blocks, bs, hkv, d), torch.randn(num_blocks, bs, hkv, d)
+
+    def case(lens, q_lens):
+        tables = torch.randperm(num_blocks)[: len(lens) * 64].view(len(lens), 64).int()
+        qsl = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+        return (torch.randn(sum(q_lens), hq, d), k_cache, v_cache, tables,
+                torch.tensor(lens, dtype=torch.int32), qsl, d ** -0.5)
+
+    cases = {"decode 16 x 200": case([200 + 3 * i for i in range(16)], [1] * 16),
+             "decode 32 x 300": case([250 + 7 * i for i in range(32)], [1] * 32),
+             "prefill 16 x 40": case([40 + i for i in range(16)], [40 + i for i in range(16)]),
+             "prefill 1 x 500": case([500], [500])}
+    result = {}
+    for name, args in cases.items():
+        for fn in (paged_attention_dense, paged_attention_bucketed, paged_attention_ref):
+            fn(*args)
+            times = []
+            for _ in range(20):
+                t0 = time.process_time()
+                fn(*args)
+                times.append(time.process_time() - t0)
+            result.setdefault(name, {})[fn.__name__] = round(1e3 * min(times), 3)
+    print(json.dumps({"ms_per_call_min_cpu_time": result}, indent=1))

@@ -82,8 +82,12 @@ class QuantizedWeight:
 
 
 def quantize_weight(w: torch.Tensor, bits: int, granularity: str,
-                    group_size: int = 32) -> QuantizedWeight:
-    """w: [N, K] float -> QuantizedWeight with scale = absmax / qmax per group."""
+                    group_size: int = 32, amax: float | None = None) -> QuantizedWeight:
+    """w: [N, K] float -> QuantizedWeight with scale = absmax / qmax per group.
+
+    amax (per-tensor only) replaces w's own absmax, so several tensors can
+    share one scale; values beyond it are clamped.
+    """
     if w.dim() != 2 or not w.is_floating_point():
         raise ValueError(f"quantize_weight wants a float [N, K] weight, got {w.dtype} {tuple(w.shape)}")
     if bits not in QMAX:
@@ -93,10 +97,12 @@ def quantize_weight(w: torch.Tensor, bits: int, granularity: str,
     n, k = w.shape
     if granularity == "per-group" and (group_size < 1 or k % group_size):
         raise ValueError(f"group_size {group_size} must divide K={k}")
+    if amax is not None and (granularity != "per-tensor" or not amax > 0):
+        raise ValueError(f"amax overrides a per-tensor scale and must be > 0, got {amax!r} for {granularity}")
     qmax = QMAX[bits]
     w32 = w.float()
     if granularity == "per-tensor":
-        scales = w32.abs().amax() / qmax  # []
+        scales = (w32.abs().amax() if amax is None else torch.tensor(float(amax))) / qmax  # []
         per_weight = scales.expand(n, k)
     elif granularity == "per-channel":
         scales = w32.abs().amax(dim=1) / qmax  # [N]

@@ -8,7 +8,9 @@ from services.engine.scheduler import ABORT_MODES
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("none", "int8", "int4")
-GRANULARITIES = ("per-channel", "per-group", "per-tensor")
+# per-module: one int scale shared by all weights of a layer's attention, and
+# one by all weights of its MLP (coarser than per-tensor).
+GRANULARITIES = ("per-channel", "per-group", "per-tensor", "per-module")
 KV_CACHE_DTYPES = ("auto", "int8")
 KERNEL_BACKENDS = ("torch", "triton")
 DEVICES = ("auto", "cpu", "cuda")

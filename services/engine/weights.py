@@ -58,14 +58,18 @@ def load_model_weights(path: str | Path, numerics: Numerics, quantization: str =
             raise ValueError(f"model: {path} lacks weight {name}")
         return sd[name].float()
 
-    def linear(t: torch.Tensor) -> Linear:
+    def module(*ts: torch.Tensor) -> list[Linear]:
+        """The linear weights of one module (a layer's attention, or its MLP)."""
         if quantization == "none":
-            return numerics.weight(t)
+            return [numerics.weight(t) for t in ts]
         bits = 8 if quantization == "int8" else 4
-        if granularity == "per-group" and t.shape[1] % group_size:
+        if granularity == "per-group" and any(t.shape[1] % group_size for t in ts):
             raise ValueError(f"quantization_group_size={group_size} must divide every input width "
                              f"of the model (hidden {cfg.hidden_size}, intermediate {cfg.intermediate_size})")
-        return quantize_weight(t.to(numerics.device), bits, granularity, group_size)
+        if granularity == "per-module":  # stored per-tensor, with the module's shared scale
+            amax = max(float(t.abs().max()) for t in ts)
+            return [quantize_weight(t.to(numerics.device), bits, "per-tensor", amax=amax) for t in ts]
+        return [quantize_weight(t.to(numerics.device), bits, granularity, group_size) for t in ts]
 
     layers = []
     for i in range(cfg.num_hidden_layers):
@@ -73,11 +77,11 @@ def load_model_weights(path: str | Path, numerics: Numerics, quantization: str =
         qkv = torch.cat([w(p + "self_attn.q_proj.weight"), w(p + "self_attn.k_proj.weight"),
                          w(p + "self_attn.v_proj.weight")])
         gate_up = torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")])
+        qkv, o = module(qkv, w(p + "self_attn.o_proj.weight"))
+        gate_up, down = module(gate_up, w(p + "mlp.down_proj.weight"))
         layers.append(LayerWeights(
-            input_norm=numerics.weight(w(p + "input_layernorm.weight")),
-            qkv=linear(qkv), o=linear(w(p + "self_attn.o_proj.weight")),
-            post_norm=numerics.weight(w(p + "post_attention_layernorm.weight")),
-            gate_up=linear(gate_up), down=linear(w(p + "mlp.down_proj.weight")),
+            input_norm=numerics.weight(w(p + "input_layernorm.weight")), qkv=qkv, o=o,
+            post_norm=numerics.weight(w(p + "post_attention_layernorm.weight")), gate_up=gate_up, down=down,
         ))
     lm_head = w("model.embed_tokens.weight") if cfg.tie_word_embeddings else w("lm_head.weight")
     return ModelWeights(cfg, numerics.weight(w("model.embed_tokens.weight")), layers,

@@ -75,6 +75,16 @@ def make_story(rng: random.Random) -> Example:
     return Example("story", "story: " + " ".join(words[:cut]) + " ", " ".join(words[cut:]))
 
 
+def long_story_prompt(num_chars: int, seed: int) -> str:
+    """A `story` prompt of about num_chars characters (whole sentences, cut at a
+    word), for long-context workloads: the grammar is the same at any length."""
+    rng = random.Random(f"long-story-{seed}")
+    text = "story:"
+    while len(text) < num_chars:
+        text += " " + _sentence(rng)
+    return text[:num_chars].rsplit(" ", 1)[0] + " "
+
+
 def is_grammatical_story(text: str, complete: bool = True) -> bool:
     """True when `text` is sentences of the grammar.
 

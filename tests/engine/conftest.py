@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from services.model.paths import draft_path, target_path
+from services.model.paths import draft_path, early_draft_path, target_path
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -17,6 +17,11 @@ def model_path() -> str:
 @pytest.fixture(scope="session")
 def draft_model_path() -> str:
     return str(draft_path())
+
+
+@pytest.fixture(scope="session")
+def early_draft_model_path() -> str:
+    return str(early_draft_path())
 
 
 @pytest.fixture(scope="session")

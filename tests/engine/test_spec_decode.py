@@ -47,3 +47,30 @@ def test_spec_decode_frees_every_block(model_path, draft_model_path):
     llm.generate(prompts(), SamplingParams(temperature=0.7, max_tokens=20, seed=5))
     pool = llm.llm_engine.scheduler.kv_cache_manager.block_pool
     assert pool.num_free_blocks == pool.num_blocks
+
+
+def acceptance_rate(model_path, draft, n_per_task: int = 4) -> float:
+    llm = LLM(model_path, speculative_model=draft, num_speculative_tokens=3)
+    llm.generate(prompts_per_task(n_per_task), SamplingParams(temperature=0, max_tokens=48))
+    s = llm.llm_engine.stats
+    return s.spec_decode_num_accepted_tokens_total / s.spec_decode_num_draft_tokens_total
+
+
+def prompts_per_task(n: int) -> list[str]:
+    return [e.prompt for t in TASKS for e in eval_set(t, n)]
+
+
+def test_the_early_draft_is_accepted_far_less_often_than_the_shipped_draft(
+        model_path, draft_model_path, early_draft_model_path):
+    shipped = acceptance_rate(model_path, draft_model_path)
+    early = acceptance_rate(model_path, early_draft_model_path)
+    print(f"acceptance with k=3: shipped draft {shipped:.2f}, early draft {early:.2f}")
+    assert shipped > 0.8 and early < 0.5
+
+
+def test_speculation_with_the_early_draft_is_still_lossless(model_path, early_draft_model_path):
+    params = SamplingParams(temperature=0, max_tokens=24)
+    plain = LLM(model_path, dtype="float32", batch_invariant=True).generate(prompts(), params)
+    spec = LLM(model_path, dtype="float32", batch_invariant=True, speculative_model=early_draft_model_path,
+               num_speculative_tokens=3).generate(prompts(), params)
+    assert [o.outputs[0].token_ids for o in spec] == [o.outputs[0].token_ids for o in plain]
