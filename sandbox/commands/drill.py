@@ -233,4 +233,5 @@ def _print_checks(out: dict) -> None:
     if "others_quiet" in c:
         q = c["others_quiet"]
         moved = {k: v["direction"] for k, v in q["primary_signals"].items() if v["direction"] not in ("flat", "no data")}
-        console.print(f"  quiet     {mark(q['pass'])} {moved or 'every other primary signal flat'}")
+        console.print(f"  quiet     {mark(q['pass'])} other pages fired: {q['other_pages_fired'] or 'none'}")
+        console.print(f"            other incidents' primary signals that moved: {moved or 'none'}")

@@ -3,7 +3,8 @@
   (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
                every sibling variant at least one signal contradicts the sibling's signature;
-  (c) quiet    the primary signal of every other incident (with another symptom) stays within noise.
+  (c) quiet    no other incident's page fires (another symptom paging would point the candidate
+               elsewhere); the primary signal of every other incident is reported beside it.
 
 A signal's direction compares its mean over the incident window with the
 baseline window: `up` / `down` when the change exceeds both 3 standard
@@ -116,15 +117,17 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     quiet = {}
     own_primary = incident.signals[incident.primary]
     for other in catalogue.values():
-        if other.id == incident.id or other.page.alert == incident.page.alert:
+        if other.id == incident.id:
             continue
         expr = other.signals[other.primary]
-        if expr == own_primary:
-            continue
-        o = observe(prom, other.primary, expr, t0, inject_s, end_s)
-        quiet[other.id] = o.to_dict()
-    checks["others_quiet"] = {"pass": all(q["direction"] in ("flat", "no data") for q in quiet.values()),
-                              "primary_signals": quiet}
+        if expr != own_primary:
+            quiet[other.id] = observe(prom, other.primary, expr, t0, inject_s, end_s).to_dict()
+    # A slowed or overloaded system moves every latency figure (that is physics, not unfairness); what
+    # must not happen is that another incident's symptom pages, pointing the candidate at the wrong one.
+    own_alert = incident.page.alert
+    foreign = sorted({o.page.alert for o in catalogue.values() if o.page.alert and o.page.alert != own_alert})
+    fired = [a for a in baseline_alerts(prom, inject_wall, t0 + end_s) if a in foreign]
+    checks["others_quiet"] = {"pass": not fired, "other_pages_fired": fired, "primary_signals": quiet}
     from sandbox.drill.leaks import scan_drill
 
     checks["no_leaks"] = scan_drill(drill, prom)
