@@ -53,7 +53,7 @@ def _samples(prom, expr: str, start: float, end: float, step_s: float) -> list[f
 
 
 def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float, step_s: float = 2.0) -> Observed:
-    base = _samples(prom, expr, t0 + WARMUP_S, t0 + inject_s, step_s)
+    base = _samples(prom, expr, t0 + WARMUP_S, t0 + inject_s - step_s, step_s)  # the injection is not baseline
     inc = _samples(prom, expr, t0 + inject_s + SETTLE_S, t0 + end_s, step_s)
     if not base or not inc:
         return Observed(name, statistics.fmean(base) if base else None, statistics.fmean(inc) if inc else None,
