@@ -3,10 +3,11 @@
 Each sequence's keys and values are gathered once and handed to
 `scaled_dot_product_attention` (PyTorch's fused CPU kernel): decode queries
 of all sequences in one padded call, prefill chunks one sequence at a time.
-Its reduction order depends on the padded batch shape, so it is NOT batch
-invariant; `batch_invariant=True` routes attention through the blockwise
-online-softmax reference instead (`paged_attention_ref`), as vLLM swaps in
-invariant kernels. Same signature as `paged_attention_ref`.
+A query's bits depend on the padded key length of its call (the decode call
+pads to the batch's longest sequence) and on how its prompt was chunked, so
+it is NOT batch invariant; `batch_invariant=True` swaps in
+`kernels.bucketed_attention`, whose call shapes follow each query's own
+position, as vLLM swaps in invariant kernels. Same signature as `paged_attention_ref`.
 """
 from __future__ import annotations
 

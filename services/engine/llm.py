@@ -12,7 +12,7 @@ class LLM:
         self.llm_engine = LLMEngine(EngineConfig(model=model, **engine_config))
 
     @classmethod
-    def from_engine(cls, engine: LLMEngine) -> "LLM":
+    def from_engine(cls, engine: LLMEngine) -> LLM:
         """The offline API over an engine built elsewhere (e.g. from a replaced EngineConfig)."""
         llm = cls.__new__(cls)
         llm.llm_engine = engine

@@ -15,15 +15,20 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.activation import silu_mul
+from kernels.bucketed_attention import KEYS_PER_BUCKET, paged_attention_bucketed
+from kernels.dense_attention import paged_attention_dense
 from kernels.kv_cache_write import write_kv
 from kernels.matmul import choose_split_k, matmul
-from kernels.activation import silu_mul
-from kernels.bucketed_attention import paged_attention_bucketed
-from kernels.dense_attention import paged_attention_dense
-from kernels.paged_attention import paged_attention, paged_attention_ref
+from kernels.paged_attention import (
+    BLOCKS_PER_STEP,
+    QUERIES_PER_CHUNK,
+    paged_attention,
+    paged_attention_ref,
+)
 from kernels.quant_matmul import quant_matmul
-from kernels.rmsnorm import rms_norm
 from kernels.quantized_weight import QuantizedWeight, dequantize_weight
+from kernels.rmsnorm import rms_norm
 from services.engine.numerics import Numerics
 from services.engine.weights import ModelWeights
 from services.model.llama import rope_cos_sin
@@ -44,7 +49,7 @@ class ForwardBatch:
         return int(self.input_ids.shape[0])
 
     @classmethod
-    def build(cls, seqs: list["SeqSlice"], block_size: int, device: torch.device) -> "ForwardBatch":
+    def build(cls, seqs: list[SeqSlice], block_size: int, device: torch.device) -> ForwardBatch:
         """Flatten per-sequence token slices into one batch; logits for each
         slice's last `num_logits` tokens, in order."""
         ids, pos, slots, seq_lens, qsl, logit_idx = [], [], [], [], [0], []
@@ -113,15 +118,12 @@ class ModelRunner:
             f = torch.tensor([], dtype=self.numerics.tensor_dtype).element_size()
         qkv = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
         per_token = 2 * cfg.hidden_size + qkv + self.num_heads * self.head_dim + 3 * cfg.intermediate_size
-        tables = num_tokens * (max_blocks + 8) * 8
+        tables = num_tokens * (max_blocks + BLOCKS_PER_STEP) * 8
         logits = 3 * num_logits * cfg.vocab_size * 4
         return num_tokens * per_token * f + self.attention_bytes(num_tokens, num_seqs, max_blocks) + tables + logits
 
     def attention_bytes(self, num_tokens: int, num_seqs: int, max_blocks: int) -> int:
         """Scratch of the attention kernel that runs, which grows with batch x context on SDPA."""
-        from kernels.bucketed_attention import KEYS_PER_BUCKET
-        from kernels.paged_attention import BLOCKS_PER_STEP, QUERIES_PER_CHUNK
-
         kv_row = self.num_kv_heads * self.head_dim * 4  # fp32 bytes of one key (or value)
         if self._attention in (paged_attention_dense, paged_attention_bucketed):
             # The SDPA paths gather each sequence's whole context, padded to the

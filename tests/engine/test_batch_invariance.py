@@ -13,7 +13,6 @@ import torch
 from services.engine import LLM, SamplingParams
 from services.model.tasks import eval_set, long_story_prompt
 
-
 # 298 tokens with <bos>: decoded near 300 keys, where the fused CPU SDPA's bits
 # depend on the padded key length (and float32 shows every bit).
 PROBE = long_story_prompt(300, 0)

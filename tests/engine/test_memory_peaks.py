@@ -7,7 +7,13 @@ leaves. The figures: 256 MiB capacity, 11.3 MB of bf16-emulated weights.
 """
 import pytest
 
-from services.engine import LLM, DeviceOutOfMemoryError, EngineConfig, LLMEngine, SamplingParams
+from services.engine import (
+    LLM,
+    DeviceOutOfMemoryError,
+    EngineConfig,
+    LLMEngine,
+    SamplingParams,
+)
 from services.model.tasks import long_story_prompt
 
 SERVE = dict(max_num_seqs=32, max_num_batched_tokens=512, max_model_len=1024)

@@ -1,5 +1,4 @@
 """Speculative decoding with the shipped draft model is lossless."""
-import torch
 from scipy import stats
 
 from services.engine import LLM, SamplingParams
