@@ -133,7 +133,7 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
     TrafficProfile("long-prompts", "long unrelated context before each task; little prefix sharing",
                    _EVEN, 0.1, (LengthBand(1.0, 250, 450),), (16, 48)),
     TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
-                   _EVEN, 0.95, (LengthBand(1.0, 250, 400),), (16, 48)),
+                   _EVEN, 0.95, (LengthBand(1.0, 120, 260),), (16, 48)),
     TrafficProfile("short", "short prompts and outputs: quick checks and tests",
                    _EVEN, 0.5, (LengthBand(1.0, 0, 0),), (4, 12)),
 )}
