@@ -46,7 +46,6 @@ def test_a_raised_max_num_seqs_admits_a_peak_whose_step_exceeds_the_headroom(mod
         engine.memory.reserve_step(decode_step_bytes(engine, 160, 576))
 
 
-@pytest.mark.slow
 def test_a_peak_of_32_long_requests_runs_at_090_utilization_and_runs_out_of_memory_at_098(model_path):
     # 32 prompts of ~500 tokens; 40 output tokens keep the first ones decoding
     # until the last is prefilled, so all 32 decode together at the peak.
