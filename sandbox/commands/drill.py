@@ -71,7 +71,8 @@ def register(app: typer.Typer) -> None:
         """
         catalogue = _catalogue()
         if list_incidents:
-            rows = [{"incident": i.id, "page": i.page.alert, "variants": len(i.variants)} for i in catalogue.values()]
+            rows = [{"incident": i.id, "page": i.page.alert or "a report (no alert)", "variants": len(i.variants)}
+                    for i in catalogue.values()]
             if as_json:
                 print_json(rows)
             else:
