@@ -234,5 +234,6 @@ def _print_checks(out: dict) -> None:
     if "others_quiet" in c:
         q = c["others_quiet"]
         moved = {k: v["direction"] for k, v in q["primary_signals"].items() if v["direction"] not in ("flat", "no data")}
-        console.print(f"  quiet     {mark(q['pass'])} other pages fired: {q['other_pages_fired'] or 'none'}")
+        console.print(f"  quiet     {mark(q['pass'])} ({q['family']}) pages of other kinds: "
+                      f"{q['other_pages_fired'] or 'none'}; other kinds moved: {q['other_kinds_moved'] or 'none'}")
         console.print(f"            other incidents' primary signals that moved: {moved or 'none'}")

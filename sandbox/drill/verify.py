@@ -3,8 +3,9 @@
   (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
                every sibling variant at least one signal contradicts the sibling's signature;
-  (c) quiet    no other incident's page fires (another symptom paging would point the candidate
-               elsewhere); the primary signal of every other incident is reported beside it.
+  (c) quiet    no incident with another kind of symptom (latency, errors, accuracy, consistency)
+               pages or moves its primary signal; same-kind figures are reported beside it (one slow
+               replica also slows the fleet's p99: latency moves together).
 
 A signal's direction compares its mean over the incident window with the
 baseline window: `up` / `down` when the change exceeds both 3 standard
@@ -65,6 +66,17 @@ def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float
     return Observed(name, b, i, noise, direction)
 
 
+FAMILIES = {"TimeToFirstTokenHigh": "latency", "ClientTimeToFirstTokenHigh": "latency",
+            "InterTokenLatencyHigh": "latency", "ReplicaInterTokenLatencyHigh": "latency",
+            "ServingErrorRateHigh": "errors", "ReplicaRestarted": "errors",
+            "CanaryAccuracyLow": "accuracy", "CanaryOutputsInconsistent": "consistency"}
+
+
+def family(incident) -> str:
+    """The kind of symptom an incident pages on: latency, errors, accuracy, consistency (or control)."""
+    return "control" if incident.page.alert is None else FAMILIES.get(incident.page.alert, incident.page.alert)
+
+
 def first_firing(prom, alert: str, start: float, end: float) -> float | None:
     rows = prom.query_range(f'ALERTS{{alertname="{alert}",alertstate="firing"}}', start, end, 1.0)
     times = [float(ts) for row in rows for ts, v in row["values"] if float(v) == 1]
@@ -114,20 +126,23 @@ def check_run(drill, prom, catalogue: dict) -> dict:
                             "own_signature": {s: {"expected": w, "observed": g} for s, (w, g) in own.items()},
                             "siblings": siblings, "signals": [o.to_dict() for o in observed.values()]}
 
-    quiet = {}
-    own_primary = incident.signals[incident.primary]
+    quiet, moved_foreign = {}, []
+    own_family = family(incident)
     for other in catalogue.values():
-        if other.id == incident.id:
+        if other.id == incident.id or family(other) == "control":
             continue
-        expr = other.signals[other.primary]
-        if expr != own_primary:
-            quiet[other.id] = observe(prom, other.primary, expr, t0, inject_s, end_s).to_dict()
-    # A slowed or overloaded system moves every latency figure (that is physics, not unfairness); what
-    # must not happen is that another incident's symptom pages, pointing the candidate at the wrong one.
-    own_alert = incident.page.alert
-    foreign = sorted({o.page.alert for o in catalogue.values() if o.page.alert and o.page.alert != own_alert})
+        o = observe(prom, other.primary, other.signals[other.primary], t0, inject_s, end_s).to_dict()
+        o["family"] = family(other)
+        quiet[other.id] = o
+        if o["family"] != own_family and o["direction"] not in ("flat", "no data"):
+            moved_foreign.append(other.id)
+    # One slow replica also slows the fleet's p99: latency figures move together (physics, not unfairness).
+    # What must not happen is a symptom of another kind: a latency drill that moves errors or answers.
+    foreign = sorted({o.page.alert for o in catalogue.values() if o.page.alert and family(o) not in (own_family,)})
     fired = [a for a in baseline_alerts(prom, inject_wall, t0 + end_s) if a in foreign]
-    checks["others_quiet"] = {"pass": not fired, "other_pages_fired": fired, "primary_signals": quiet}
+    checks["others_quiet"] = {"pass": not fired and not moved_foreign, "family": own_family,
+                              "other_pages_fired": fired, "other_kinds_moved": moved_foreign,
+                              "primary_signals": quiet}
     from sandbox.drill.leaks import scan_drill
 
     checks["no_leaks"] = scan_drill(drill, prom)
