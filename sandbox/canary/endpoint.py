@@ -26,7 +26,7 @@ def free_port(host: str, first: int, tries: int = 50) -> int:
             except OSError:
                 continue
             return port
-    raise OSError(f"no free port in {first}..{first + tries - 1} for the canary metrics endpoint")
+    raise OSError(f"no free port in {first}..{first + tries - 1} for a metrics endpoint")
 
 
 def target_file(targets_dir: Path, pid: int | None = None) -> Path:

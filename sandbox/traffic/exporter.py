@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -19,14 +18,9 @@ from services.serve import metric_names as names
 
 
 def _free_port(host: str, first: int, tries: int = 50) -> int:
-    for port in range(first, first + tries):
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    raise OSError(f"no free port in {first}..{first + tries - 1} for the traffic metrics endpoint")
+    from sandbox.canary.endpoint import free_port  # one port search for every metrics endpoint we serve
+
+    return free_port(host, first, tries)
 
 
 class TrafficExporter:
