@@ -19,6 +19,9 @@ SPEC_DECODE = {"spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_tot
 @pytest.fixture(scope="module")
 def shared_prefix_traffic(stack):
     """6 s of shared-prefix traffic through `sandbox traffic --json`; the counters before and its summary."""
+    # Earlier tests' requests (a probe, a request held through a replica's rebuild) must be done first.
+    stack.wait_for("sum(vllm:num_requests_running) + sum(vllm:num_requests_waiting)", lambda v: v == 0,
+                   timeout_s=90)
     before = {"prompt": stack.settled("sum(vllm:prompt_tokens_total)"),
               "hits": stack.settled("sum(vllm:prefix_cache_hits_total)", quiet_s=0)}
     result = stack.cli("traffic", "--profile", "shared-prefix", "--rate", "4", "--duration", "6", "--seed", "3",
