@@ -83,8 +83,26 @@ class StackHandle:
                 raise AssertionError(f"{promql!r} = {value} did not satisfy the condition within {timeout_s}s")
             time.sleep(0.2)
 
+    def scraped_after(self, lag_s: float = 3.0, timeout_s: float = 30.0) -> None:
+        """Wait for a successful scrape of every Ray node that began lag_s after now.
+
+        A replica's counters reach Prometheus through its publish interval (0.5 s), Ray's
+        metrics report (1 s) and a scrape; Ray's exporter can be slow enough for a scrape
+        to time out, so "the value stopped changing" alone does not mean "up to date".
+        """
+        since = time.time() + lag_s
+        t0 = time.monotonic()
+        while True:
+            fresh = self.prom.value('min(timestamp(up{job="ray"} == 1))')
+            if fresh is not None and fresh >= since and len(self.prom.query('up{job="ray"} == 0')) == 0:
+                return
+            if time.monotonic() - t0 > timeout_s:
+                raise AssertionError(f"no successful scrape of Ray's metrics within {timeout_s}s")
+            time.sleep(0.25)
+
     def settled(self, promql: str, quiet_s: float = 3.0, timeout_s: float = 20.0) -> float:
         """The value once it has stopped changing for quiet_s (earlier requests fully counted)."""
+        self.scraped_after()
         t0 = time.monotonic()
         last, since = self.value(promql), time.monotonic()
         while time.monotonic() - since < quiet_s:
