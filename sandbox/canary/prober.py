@@ -28,6 +28,7 @@ from services.model.tasks import check
 
 SCHEDULE = ("accuracy", "alone", "accuracy", "alone", "accuracy", "burst")
 SERVED_BY = "x-served-by"  # the ingress names the replica that answered
+SERVED_VERSION = "x-served-version"  # and the deployment version it runs
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Answer:
     status: str  # HTTP status, or "error" when no response came
     text: str = ""
     replica: str | None = None
+    version: str | None = None
 
 
 async def ask(client: httpx.AsyncClient, probe: Probe, model: str) -> Answer:
@@ -67,7 +69,8 @@ async def ask(client: httpx.AsyncClient, probe: Probe, model: str) -> Answer:
         resp = await client.post("/v1/completions", json=probe.body(model))
         if resp.status_code != 200:
             return Answer(str(resp.status_code))
-        return Answer("200", resp.json()["choices"][0]["text"], resp.headers.get(SERVED_BY))
+        return Answer("200", resp.json()["choices"][0]["text"], resp.headers.get(SERVED_BY),
+                      resp.headers.get(SERVED_VERSION))
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         return Answer("error")
 
@@ -157,6 +160,6 @@ class CanaryProber:
         answer = await ask(client, item.probe, self.model)
         self.metrics.request("consistency", answer.status)
         if answer.status == "200":
-            result = self.book.compare(item.key, answer.text, load)
+            result = self.book.compare(item.key, answer.text, load, version=answer.version or "")
             if result is not None:
                 self.metrics.compared(item.mode, load, answer.replica, result)

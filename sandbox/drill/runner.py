@@ -190,7 +190,9 @@ class Drill:
         at = self.traffic.elapsed() if self.traffic else None
         self.injected.append(fault)
         location = fault.inject(self.ctx)
-        self.fault_log.append({"at_s": None if at is None else round(at, 1), "event": kind, "spec": spec,
+        done = self.traffic.elapsed() if self.traffic else None  # a rolling deploy takes a while
+        self.fault_log.append({"at_s": None if at is None else round(at, 1),
+                               "done_s": None if done is None else round(done, 1), "event": kind, "spec": spec,
                                "location": location.to_dict()})
 
     def _inject(self, event, faults) -> None:

@@ -4,7 +4,7 @@
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
                every sibling variant at least one signal contradicts the sibling's signature;
   (c) quiet    no incident with another kind of symptom (latency, errors, accuracy, consistency)
-               pages or moves its primary signal; same-kind figures are reported beside it (one slow
+               pages or moves its primary signal the way its symptom does; same-kind figures are reported beside it (one slow
                replica also slows the fleet's p99: latency moves together).
 
 A signal's direction compares its mean over the incident window with the
@@ -53,9 +53,12 @@ def _samples(prom, expr: str, start: float, end: float, step_s: float) -> list[f
     return [by_time[t] for t in sorted(by_time)]
 
 
-def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float, step_s: float = 2.0) -> Observed:
+def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float, step_s: float = 2.0,
+            settled_s: float | None = None) -> Observed:
+    """Baseline: warm-up to the injection. Incident: SETTLE_S after the injection completed (settled_s)."""
+    settled_s = inject_s if settled_s is None else settled_s
     base = _samples(prom, expr, t0 + WARMUP_S, t0 + inject_s - step_s, step_s)  # the injection is not baseline
-    inc = _samples(prom, expr, t0 + inject_s + SETTLE_S, t0 + end_s, step_s)
+    inc = _samples(prom, expr, t0 + settled_s + SETTLE_S, t0 + end_s, step_s)
     if not base or not inc:
         return Observed(name, statistics.fmean(base) if base else None, statistics.fmean(inc) if inc else None,
                         0.0, "no data")
@@ -75,6 +78,16 @@ FAMILIES = {"TimeToFirstTokenHigh": "latency", "ClientTimeToFirstTokenHigh": "la
 def family(incident) -> str:
     """The kind of symptom an incident pages on: latency, errors, accuracy, consistency (or control)."""
     return "control" if incident.page.alert is None else FAMILIES.get(incident.page.alert, incident.page.alert)
+
+
+def symptom_direction(incident) -> str:
+    """Which way the incident's primary signal moves when it is the problem (latency up, accuracy down).
+
+    The other way is no symptom: a new version that answers faster is not a latency incident."""
+    for variant in incident.variants.values():
+        if incident.primary in variant.signature:
+            return variant.signature[incident.primary]
+    return "up"
 
 
 def first_firing(prom, alert: str, start: float, end: float) -> float | None:
@@ -97,6 +110,8 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     injected = [f["at_s"] for f in drill.fault_log if f["event"] == "inject" and f["at_s"] is not None]
     inject_wall = t0 + (injected[0] if injected else plan.inject_at_s)
     inject_s = inject_wall - t0
+    done = [f.get("done_s") or f["at_s"] for f in drill.fault_log if f["event"] == "inject" and f["at_s"] is not None]
+    settled_s = max(done) if done else inject_s  # a rolling deploy's own disruption is not the incident
     end_s = drill.traffic.elapsed()
     checks = {}
 
@@ -111,7 +126,8 @@ def check_run(drill, prom, catalogue: dict) -> dict:
         checks["page"] = {"pass": delay is not None and delay <= PAGE_WITHIN_S and not early,
                           "alert": incident.page.alert, "seconds_to_page": delay, "baseline_alerts": early}
 
-    observed = {name: observe(prom, name, expr, t0, inject_s, end_s) for name, expr in incident.signals.items()}
+    observed = {name: observe(prom, name, expr, t0, inject_s, end_s, settled_s=settled_s)
+                for name, expr in incident.signals.items()}
     variant = incident.variants[plan.variant]
     own = {s: (want, observed[s].direction) for s, want in variant.signature.items()}
     own_ok = all(want == got for want, got in own.values())
@@ -131,10 +147,12 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     for other in catalogue.values():
         if other.id == incident.id or family(other) == "control":
             continue
-        o = observe(prom, other.primary, other.signals[other.primary], t0, inject_s, end_s).to_dict()
+        o = observe(prom, other.primary, other.signals[other.primary], t0, inject_s, end_s,
+                    settled_s=settled_s).to_dict()
         o["family"] = family(other)
         quiet[other.id] = o
-        if o["family"] != own_family and o["direction"] not in ("flat", "no data"):
+        o["symptom"] = symptom_direction(other)
+        if o["family"] != own_family and o["direction"] == o["symptom"]:
             moved_foreign.append(other.id)
     # One slow replica also slows the fleet's p99: latency figures move together (physics, not unfairness).
     # What must not happen is a symptom of another kind: a latency drill that moves errors or answers.

@@ -29,6 +29,7 @@ class _Reply:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.replica = None  # which LLMServer replica serves it, as a real router's `x-served-by`
+        self.version = None  # and the deployment version it runs (`x-served-version`)
 
     async def start(self) -> None:
         """Wait for the replica to accept the request; raise APIError if it does not."""
@@ -46,6 +47,7 @@ class _Reply:
             raise p.APIError(err["status"], err["message"], code=err.get("code"))
         self.prompt_tokens = first["prompt_tokens"]
         self.replica = first.get("replica")
+        self.version = first.get("version")
 
     def usage(self) -> dict:
         return p.usage(self.prompt_tokens, self.completion_tokens)
@@ -144,7 +146,7 @@ class OpenAIIngress:
                        "sampling": req.sampling(req.engine_max_tokens(self.default_max_tokens))}
             reply = _Reply(self.stream.generate.remote(payload), req, self.model_name, chat)
             await reply.start()
-            headers = {"x-served-by": reply.replica} if reply.replica else None
+            headers = {k: v for k, v in (("x-served-by", reply.replica), ("x-served-version", reply.version)) if v}
             if req.stream:
                 return StreamingResponse(reply.events(), media_type="text/event-stream", headers=headers)
             return JSONResponse(await reply.body(), headers=headers)

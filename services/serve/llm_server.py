@@ -4,7 +4,7 @@
 nothing but data crosses Ray:
 
     in:  {"request_id", "prompt", "sampling": SamplingParams kwargs}
-    out: {"prompt_tokens": n, "replica": id}                    first, once accepted
+    out: {"prompt_tokens": n, "replica": id, "version": v}      first, once accepted
          {"text": delta, "completion_tokens": n, "finish_reason": None | "stop" | "length"} ...
          {"error": {"status", "message", "code"}}               instead, and last
 
@@ -112,7 +112,7 @@ class LLMServer:
                 code = "context_length_exceeded" if ("max_model_len" in str(e) or "KV blocks" in str(e)) else None
                 yield _error(400, str(e), code)
                 return
-            yield {"prompt_tokens": prompt_tokens, "replica": self.replica}
+            yield {"prompt_tokens": prompt_tokens, "replica": self.replica, "version": self.app_config.version}
             async for out in stream:
                 completion = out.outputs[0]
                 yield {"text": out.delta_text, "completion_tokens": len(completion.token_ids),

@@ -45,3 +45,13 @@ def test_keys_are_independent():
 def test_an_unknown_load_is_refused():
     with pytest.raises(ValueError, match="load must be one of"):
         ReferenceBook().compare("k", "x", "batch")
+
+
+def test_a_new_version_gets_its_own_reference_from_its_first_alone_answer():
+    book = ReferenceBook()
+    book.compare("k", "old answer", "alone", version="v1")
+    assert book.compare("k", "new answer", "burst", version="v2") is None  # nothing to compare with yet
+    assert book.compare("k", "new answer", "alone", version="v2") is None
+    assert book.reference("k", version="v2") == "new answer"
+    assert book.compare("k", "new answer", "burst", version="v2") == "match"
+    assert book.compare("k", "new answer", "alone", version="v1") == "mismatch"

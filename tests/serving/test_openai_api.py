@@ -23,6 +23,7 @@ def test_every_answer_names_the_replica_that_served_it(stack):
     streamed = httpx.post(f"{stack.api_url}/v1/completions", json={**body, "stream": True}, timeout=30)
     for resp in (plain, streamed):
         assert resp.status_code == 200 and len(resp.headers["x-served-by"]) >= 4  # a Serve replica id
+        assert resp.headers["x-served-version"] == stack.state.version
 
 
 def test_openai_client_completes_without_streaming(stack):
