@@ -124,13 +124,19 @@ def _traffic(r: Reader, top: dict | None, timeline: Timeline | None, profiles: s
     peaks = []
     for i, item in enumerate(r.sequence(m, path, "peaks") or []):
         ipath = path + ("peaks", i)
-        p = r.mapping(item, ipath, required=("at_s", "duration_s", "rate"))
+        p = r.mapping(item, ipath, required=("at_s", "duration_s"), optional=("rate", "concurrency", "profile"))
         at, length = r.number(p, ipath, "at_s"), r.number(p, ipath, "duration_s", positive=True)
-        peak_rate = r.number(p, ipath, "rate", positive=True)
+        peak_rate = r.number(p, ipath, "rate", positive=True) if p and "rate" in p else None
+        concurrency = r.number(p, ipath, "concurrency", positive=True) if p and "concurrency" in p else None
+        if p is not None and ("rate" in p) == ("concurrency" in p):
+            r.error(ipath, "a peak needs exactly one of `rate` (requests/s) or `concurrency` (a batch job's clients)")
+        if concurrency is not None and concurrency != int(concurrency):
+            r.error(ipath + ("concurrency",), f"must be a whole number of clients, got {concurrency!r}")
+        peak_profile = _profile(r, p, ipath, profiles) if p and "profile" in p else None
         end = timeline.duration_s if timeline is not None else None
         if None not in (at, length, end) and at + length > end:
             r.error(ipath, f"peak ends at {at + length:g} s, after timeline.duration_s ({end:g})")
-        peaks.append(Peak(at, length, peak_rate))
+        peaks.append(Peak(at, length, peak_rate, None if concurrency is None else int(concurrency), peak_profile))
     return Traffic(profile, rate, tuple(peaks)) if m is not None else None
 
 

@@ -22,9 +22,13 @@ class Page:
 
 @dataclass(frozen=True)
 class Peak:
+    """A window of extra load: a higher Poisson rate (`rate` replaces the base rate), or a batch job
+    (`concurrency` clients, each sending its next request when its last one ends, on top of the base)."""
     at_s: float
     duration_s: float
-    rate: float
+    rate: float | None = None
+    concurrency: int | None = None
+    profile: str | None = None  # the peak's request mix; None keeps the traffic's
 
 
 @dataclass(frozen=True)

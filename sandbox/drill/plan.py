@@ -6,7 +6,8 @@ same events on every machine: what an interviewer needs for identical cases.
 
     0 ─── baseline ───┬─ inject (+ seeded jitter) ──────────────── duration
                       │ faults injected, traffic change (decoys)
-    peaks: rate windows anywhere in [0, duration)
+    peaks: rate windows anywhere in [0, duration), or batch jobs (closed-loop
+           clients on top of the base traffic)
 """
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ class Segment:
     """Traffic from `start_s` on: a Poisson rate and a profile name."""
     start_s: float
     rate: float
+    profile: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """`concurrency` clients from start_s to end_s, each sending its next request when its last ends."""
+    start_s: float
+    end_s: float
+    concurrency: int
     profile: str
 
 
@@ -40,6 +50,7 @@ class DrillPlan:
     baseline_s: float
     segments: list[Segment] = field(default_factory=list)
     events: list[PlannedEvent] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
 
     def segment_at(self, t: float) -> Segment:
         current = self.segments[0]
@@ -51,7 +62,7 @@ class DrillPlan:
     def to_dict(self) -> dict:
         return {"incident": self.incident_id, "variant": self.variant, "seed": self.seed,
                 "inject_at_s": self.inject_at_s, "duration_s": self.duration_s, "baseline_s": self.baseline_s,
-                "segments": [vars(s) for s in self.segments],
+                "segments": [vars(s) for s in self.segments], "jobs": [vars(j) for j in self.jobs],
                 "events": [{"at_s": e.at_s, "kind": e.kind, "faults": list(e.faults), "note": e.note}
                            for e in self.events]}
 
@@ -70,7 +81,10 @@ def make_plan(incident, variant_name: str, seed: int, duration_s: float | None =
               for ev in tl.events]
     events.append(PlannedEvent(inject, "inject", tuple(variant.faults)))
     events.sort(key=lambda e: (e.at_s, e.kind == "inject"))
-    return DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events)
+    jobs = [Job(float(p.at_s), float(min(p.at_s + p.duration_s, duration)), p.concurrency,
+                p.profile or incident.traffic.profile)
+            for p in incident.traffic.peaks if p.concurrency is not None and p.at_s < duration]
+    return DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events, jobs)
 
 
 def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segment]:
@@ -78,18 +92,18 @@ def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segm
     change = variant.traffic
     after_profile = (change.profile if change and change.profile else traffic.profile)
     rate_factor = float(change.rate_factor) if change else 1.0
+    peaks = [p for p in traffic.peaks if p.rate is not None]  # batch jobs run beside the base traffic
     cuts = {0.0, inject_s}
-    for p in traffic.peaks:
+    for p in peaks:
         cuts |= {float(p.at_s), float(p.at_s + p.duration_s)}
     segments = []
     for start in sorted(c for c in cuts if c < duration_s):
-        rate = traffic.rate
-        for p in traffic.peaks:
+        rate, profile = traffic.rate, after_profile if start >= inject_s else traffic.profile
+        for p in peaks:
             if p.at_s <= start < p.at_s + p.duration_s:
-                rate = p.rate
+                rate, profile = p.rate, p.profile or profile
         if start >= inject_s:
             rate *= rate_factor
-        profile = after_profile if start >= inject_s else traffic.profile
         if not segments or (segments[-1].rate, segments[-1].profile) != (rate, profile):
             segments.append(Segment(start, rate, profile))
     return segments

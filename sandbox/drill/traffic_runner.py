@@ -8,6 +8,9 @@ not tell the candidate that the request mix changed.
 Like real users, a small share of clients give up early (`abandon_share`):
 they close the connection after a short wait, the server aborts the request,
 and the client counts it as status 499 (nginx's "client closed request").
+
+A batch job (a peak with `concurrency`) runs beside the base traffic: that
+many clients, each sending its next request as soon as its last one ends.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ class TrafficRunner:
         self.abandon_share, self.abandon_after_s = abandon_share, abandon_after_s
         self.dropped = 0  # arrivals not sent because max_in_flight requests were already waiting
         self.api_url, self.model, self.plan = api_url, model, plan
+        self.seed = seed
         self.rng = random.Random(f"traffic/{seed}")
         self.exporter = exporter
         self.max_in_flight = max_in_flight
@@ -75,7 +79,23 @@ class TrafficRunner:
                 if self.exporter:
                     self.exporter.finished(result.status, result.e2e_s, result.ttft_s, result.completion_tokens)
 
+            async def job_client(job, index: int) -> None:
+                rng = random.Random(f"job/{self.seed}/{job.start_s}/{index}")  # independent of timing
+                while not self._stop.is_set() and self.elapsed() < job.end_s:
+                    self.stats.sent += 1
+                    await one(get_profile(job.profile).sample(rng), None)
+
+            async def job(job) -> None:
+                while not self._stop.is_set() and (wait := job.start_s - self.elapsed()) > 0:
+                    await asyncio.sleep(min(wait, 0.25))
+                if not self._stop.is_set():
+                    await asyncio.gather(*(job_client(job, i) for i in range(job.concurrency)))
+
             self.stats.started_at = self.started_at
+            for planned in getattr(self.plan, "jobs", ()):
+                task = asyncio.create_task(job(planned))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
             t = 0.0
             while not self._stop.is_set():
                 seg = self.plan.segment_at(t)

@@ -43,6 +43,9 @@ class TrafficProfile:
     chat_share: float = 0.5
     stream: bool = True
     temperature: float = 0.0
+    # A client that reads the first few streamed tokens (a label, a yes/no) and closes the stream,
+    # leaving the server to abort the rest: a stream of aborts that healthy servers handle without a trace.
+    close_after_tokens: int | None = None
 
     def __post_init__(self):
         if not self.task_mix or any(t not in MAKERS for t in self.task_mix):
@@ -57,6 +60,8 @@ class TrafficProfile:
         lo, hi = self.output_tokens
         if not 1 <= lo <= hi:
             raise ValueError(f"output_tokens must be (lo, hi) with 1 <= lo <= hi, got {self.output_tokens!r}")
+        if self.close_after_tokens is not None and self.close_after_tokens < 1:
+            raise ValueError(f"close_after_tokens must be >= 1, got {self.close_after_tokens!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
 
@@ -70,7 +75,8 @@ class TrafficProfile:
         chat = rng.random() < self.chat_share
         return SampledRequest(task=task, chat=chat, system=SYSTEM_PROMPT if shared else None, user=user,
                               max_tokens=rng.randint(*self.output_tokens), ignore_eos=self.ignore_eos,
-                              stream=self.stream, temperature=self.temperature)
+                              stream=self.stream, temperature=self.temperature,
+                              close_after_tokens=self.close_after_tokens if self.stream else None)
 
 
 @dataclass
@@ -85,6 +91,7 @@ class SampledRequest:
     temperature: float
     seed: int | None = None
     extra: dict = field(default_factory=dict)
+    close_after_tokens: int | None = None  # stop reading (close the stream) after this many text chunks
 
     @property
     def path(self) -> str:
@@ -134,6 +141,10 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
                    _EVEN, 0.1, (LengthBand(1.0, 250, 450),), (16, 48)),
     TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
                    _EVEN, 0.95, (LengthBand(1.0, 120, 260),), (16, 48)),
+    TrafficProfile("documents", "a batch job: a document as context and a short task; the client reads "
+                   "the first 8 tokens and closes the stream",
+                   {"copy": 1.0, "reverse": 1.0, "sort": 1.0, "add": 1.0}, 1.0, (LengthBand(1.0, 330, 420),),
+                   (24, 48), chat_share=0.0, close_after_tokens=8),
     TrafficProfile("short", "short prompts and outputs: quick checks and tests",
                    _EVEN, 0.5, (LengthBand(1.0, 0, 0),), (4, 12)),
 )}

@@ -107,6 +107,7 @@ class EngineLoop:
         self._first_token_seen: set[str] = set()
         self._last_token_time: dict[str, float] = {}
         self._step_started: float | None = None
+        self._stalled_since: float | None = None  # requests wait but no step can schedule any of them
         self._fatal: BaseException | None = None
         self._stopping = False
         self.last_snapshot = EngineSnapshot()
@@ -158,6 +159,10 @@ class EngineLoop:
         if started is not None and time.monotonic() - started > self.wedge_timeout_s:
             raise EngineWedgedError(f"engine step running for {time.monotonic() - started:.1f}s "
                                     f"(wedge timeout {self.wedge_timeout_s}s)")
+        stalled = self._stalled_since
+        if stalled is not None and time.monotonic() - stalled > self.wedge_timeout_s:
+            raise EngineWedgedError(f"no request could be scheduled for {time.monotonic() - stalled:.1f}s "
+                                    f"(wedge timeout {self.wedge_timeout_s}s)")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping = True
@@ -177,18 +182,28 @@ class EngineLoop:
             import torch  # OpenMP thread counts are per thread: set them on the thread that steps
 
             torch.set_num_threads(self._torch_threads)
+        idle = False
         try:
             while not self._stopping:
-                self._handle_commands(block=not self.engine.has_unfinished_requests() and self._rebuild is None)
+                self._handle_commands(block=(idle or not self.engine.has_unfinished_requests())
+                                      and self._rebuild is None)
                 if self._stopping:
                     break
                 if self._rebuild is not None and self._drained():
                     self._swap_engine()
+                idle = False
                 if self.engine.has_unfinished_requests():
                     self._step_started = time.monotonic()
+                    steps = self.engine.stats.num_steps_total
                     outputs = self.engine.step()
                     self._step_started = None
                     self._deliver_outputs(outputs)
+                    if self.engine.stats.num_steps_total != steps or not self.engine.has_unfinished_requests():
+                        self._stalled_since = None
+                    else:  # nothing fits in the KV cache: only an abort or a finish can free blocks
+                        idle = True
+                        if self._stalled_since is None:
+                            self._stalled_since = time.monotonic()
                 if time.monotonic() - self._last_publish >= self.publish_interval_s:
                     self._publish()
         except BaseException as e:  # noqa: BLE001 - any failure kills the loop, and is reported

@@ -51,3 +51,12 @@ def test_a_decoy_changes_the_prompt_mix_at_the_injection(ttft):
 def test_a_duration_shorter_than_the_injection_is_refused(ttft):
     with pytest.raises(ValueError, match="must be longer than the injection time"):
         make_plan(ttft, "prefix-off", 0, duration_s=30)
+
+
+def test_a_batch_job_peak_runs_beside_the_base_traffic_with_its_own_profile():
+    oom = load_incident(INCIDENTS / "oom-at-peak.yaml")
+    plan = make_plan(oom, "headroom", 0)
+    peaks = [p for p in oom.traffic.peaks if p.concurrency]
+    assert [(j.start_s, j.end_s, j.concurrency, j.profile) for j in plan.jobs] == [
+        (p.at_s, p.at_s + p.duration_s, p.concurrency, p.profile) for p in peaks]
+    assert {plan.segment_at(j.start_s + 1).rate for j in plan.jobs} == {oom.traffic.rate}  # the base goes on

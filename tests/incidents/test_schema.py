@@ -175,6 +175,12 @@ def test_id_must_equal_the_file_stem(refused):
      "unknown direction 'sideways'; choose from up, down, flat"),
     ("traffic: {profile: long-prompts}", "traffic: {profile: long-prompts, rate: 2}",
      "variants.prompts-grew.traffic.rate", "unknown field 'rate'"),
+    ("{at_s: 150, duration_s: 60, rate: 6.0}", "{at_s: 150, duration_s: 60, rate: 6.0, concurrency: 8}",
+     "traffic.peaks[0]", "a peak needs exactly one of `rate` (requests/s) or `concurrency`"),
+    ("{at_s: 150, duration_s: 60, rate: 6.0}", "{at_s: 150, duration_s: 60, concurrency: 2.5}",
+     "traffic.peaks[0].concurrency", "must be a whole number of clients, got 2.5"),
+    ("{at_s: 150, duration_s: 60, rate: 6.0}", "{at_s: 150, duration_s: 60, rate: 6.0, profile: docs}",
+     "traffic.peaks[0].profile", "unknown traffic profile 'docs'"),
 ])
 def test_malformed_value_is_refused_naming_line_and_field(refused, old, new, field, message):
     text = edit(VALID, old, new)

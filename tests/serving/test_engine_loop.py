@@ -1,5 +1,6 @@
 """The replica's engine loop, without Ray: batching across callers, aborts, crashes, wedges, knobs."""
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -122,6 +123,39 @@ def test_a_step_that_hangs_is_reported_wedged(loop):
 
     assert asyncio.run(main())[-1].finished
     loop.check_health()  # healthy again once the step returns
+
+
+def test_requests_that_no_longer_fit_a_leaking_kv_cache_are_reported_wedged(engine_config):
+    # Aborted requests keep their blocks (abort_mode "deferred"): once the leak has eaten the
+    # pool, a new request can never be scheduled, and the replica must fail its health check.
+    config = dataclasses.replace(engine_config, num_gpu_blocks=8, abort_mode="deferred")
+    loop = EngineLoop(LLMEngine(config), None, publish_interval_s=0.05, wedge_timeout_s=0.3).start()
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+
+    def prompt(rid):  # about 60 tokens (4 blocks), none shared with another request's
+        return f"copy: {rid * 48} -> "
+
+    async def abort_after_first_token(rid):
+        stream = loop.add_request(rid, prompt(rid), params)
+        await stream.accepted()
+        await stream.__anext__()
+        loop.abort(rid)
+        return [out async for out in stream]
+
+    async def main():
+        await abort_after_first_token("a")
+        await abort_after_first_token("b")  # 8 blocks leaked by now
+        stream = loop.add_request("c", prompt("c"), params)
+        await stream.accepted()
+        await asyncio.sleep(0.6)
+        with pytest.raises(EngineWedgedError, match="no request could be scheduled"):
+            loop.check_health()
+
+    try:
+        asyncio.run(main())
+        assert loop.call(lambda e: e.scheduler.kv_cache_manager.usage) == 1.0
+    finally:
+        loop.stop()
 
 
 def test_knobs_change_the_scheduler_and_none_restores_the_deployed_value(loop, engine_config):

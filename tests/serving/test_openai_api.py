@@ -102,3 +102,22 @@ def test_a_client_that_disconnects_aborts_its_request(stack):
     stack.wait_for('sum(vllm:request_success_total{finished_reason="abort"})', lambda v: v >= before + 1)
     stack.wait_for("sum(vllm:num_requests_running)", lambda v: v == 0)
     stack.wait_for("max(vllm:kv_cache_usage_perc)", lambda v: v == 0)
+
+
+def test_a_client_that_stops_reading_after_a_few_tokens_gets_them_and_the_server_aborts_the_rest(stack):
+    import asyncio
+    import random
+
+    from sandbox.traffic.generator import send_request
+    from sandbox.traffic.profiles import get_profile
+
+    before = stack.value('sum(vllm:request_success_total{finished_reason="abort"})')
+    req = get_profile("documents").sample(random.Random(5))
+
+    async def main():
+        async with httpx.AsyncClient(base_url=stack.api_url, timeout=60) as client:
+            return await send_request(client, req, stack.model)
+
+    result = asyncio.run(main())
+    assert result.status == "200" and result.completion_tokens == req.close_after_tokens < req.max_tokens
+    stack.wait_for('sum(vllm:request_success_total{finished_reason="abort"})', lambda v: v >= before + 1)
