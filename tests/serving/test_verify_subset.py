@@ -1,0 +1,34 @@
+"""CI's share of `sandbox verify`: one variant of the real catalogue, end to end, on this machine.
+
+`make verify-all` runs every variant (about 90 minutes); CI runs the one below, which
+exercises every part of the check: a rolling deploy as the fault, a page from a real
+Prometheus alert, signals that separate it from its three siblings, the other
+incidents' primary signals, and the leak scan. Runs after the session stack is down
+(see STACK_ORDER): verify brings up a fresh stack of its own, on the test ports.
+"""
+import json
+import subprocess
+
+import pytest
+
+from sandbox import ray_cluster
+
+pytestmark = [pytest.mark.stack, pytest.mark.teardown]
+
+CI_SUBSET = [("ttft-after-deploy", "prefix-off")]
+
+
+@pytest.mark.parametrize(("incident", "variant"), CI_SUBSET)
+def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
+    stack.cli("down")
+    env = dict(stack.env, SANDBOX_RUNS=str(tmp_path / "runs"))
+    result = subprocess.run([*stack.cli_argv(), "verify", incident, "--variant", variant, "--seed", "0",
+                             "--duration", "210", "--json"], env=env, capture_output=True, text=True,
+                            timeout=900, check=False)
+    report = json.loads(result.stdout)
+    checks = report["checks"]
+    assert report["pass"] and result.returncode == 0, json.dumps(checks, indent=1)[:4000]
+    assert checks["page"]["seconds_to_page"] <= 120 and not checks["page"]["baseline_alerts"]
+    assert all(s["separated"] for s in checks["separation"]["siblings"].values())
+    assert checks["no_leaks"]["hits"] == []
+    assert not ray_cluster.head_running()  # verify stops the stack it started
