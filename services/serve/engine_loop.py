@@ -161,8 +161,11 @@ class EngineLoop:
                                     f"(wedge timeout {self.wedge_timeout_s}s)")
         stalled = self._stalled_since
         if stalled is not None and time.monotonic() - stalled > self.wedge_timeout_s:
-            raise EngineWedgedError(f"no request could be scheduled for {time.monotonic() - stalled:.1f}s "
-                                    f"(wedge timeout {self.wedge_timeout_s}s)")
+            error = EngineWedgedError(f"no request could be scheduled for {time.monotonic() - stalled:.1f}s "
+                                      f"(wedge timeout {self.wedge_timeout_s}s)")
+            # Its requests would wait forever (and a graceful stop with them): fail them now.
+            self._commands.put(("fail", error))
+            raise error
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping = True
@@ -258,6 +261,8 @@ class EngineLoop:
                 self._rebuild = cmd[1]
         elif kind == "stop":
             self._stopping = True
+        elif kind == "fail":  # declared stalled: the loop dies and its requests fail, as after a crash
+            raise cmd[1]
 
     # -- rebuild ----------------------------------------------------------------
     def _drained(self) -> bool:

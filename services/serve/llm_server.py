@@ -36,7 +36,7 @@ def _error(status: int, message: str, code: str | None = None) -> dict:
     max_ongoing_requests=64,
     health_check_period_s=2,
     health_check_timeout_s=10,
-    graceful_shutdown_timeout_s=30,
+    graceful_shutdown_timeout_s=120,
 )
 class LLMServer:
     def __init__(self, app_config: dict):

@@ -148,12 +148,17 @@ def test_requests_that_no_longer_fit_a_leaking_kv_cache_are_reported_wedged(engi
         stream = loop.add_request("c", prompt("c"), params)
         await stream.accepted()
         await asyncio.sleep(0.6)
+        assert loop.call(lambda e: e.scheduler.kv_cache_manager.usage) == 1.0
         with pytest.raises(EngineWedgedError, match="no request could be scheduled"):
+            loop.check_health()
+        # Its waiting request fails at once (a graceful stop would otherwise wait for it forever).
+        with pytest.raises(EngineDeadError, match="no request could be scheduled"):
+            [out async for out in stream]
+        with pytest.raises(EngineDeadError):
             loop.check_health()
 
     try:
         asyncio.run(main())
-        assert loop.call(lambda e: e.scheduler.kv_cache_manager.usage) == 1.0
     finally:
         loop.stop()
 
