@@ -3,8 +3,9 @@
   (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
                every sibling variant at least one signal contradicts the sibling's signature;
-  (c) quiet    no incident with another kind of symptom (latency, errors, accuracy, consistency)
-               pages or moves its primary signal the way its symptom does; same-kind figures are reported beside it (one slow
+  (c) quiet    once the injection has settled, no incident with another kind of symptom (latency,
+               errors, accuracy, consistency) pages or moves its primary signal the way its symptom
+               does (alerts during a rolling deploy's transition are reported apart); same-kind figures are reported beside it (one slow
                replica also slows the fleet's p99: latency moves together).
 
 A signal's direction compares its mean over the incident window with the
@@ -157,10 +158,14 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     # One slow replica also slows the fleet's p99: latency figures move together (physics, not unfairness).
     # What must not happen is a symptom of another kind: a latency drill that moves errors or answers.
     foreign = sorted({o.page.alert for o in catalogue.values() if o.page.alert and family(o) not in (own_family,)})
-    fired = [a for a in baseline_alerts(prom, inject_wall, t0 + end_s) if a in foreign]
+    # A rolling deploy on a 2-core machine slows everything while new replicas load: alerts that
+    # fire only during the injection's transition are reported, not held against the variant.
+    steady = t0 + settled_s + SETTLE_S
+    transition = [a for a in baseline_alerts(prom, inject_wall, steady) if a in foreign]
+    fired = [a for a in baseline_alerts(prom, steady, t0 + end_s) if a in foreign]
     checks["others_quiet"] = {"pass": not fired and not moved_foreign, "family": own_family,
-                              "other_pages_fired": fired, "other_kinds_moved": moved_foreign,
-                              "primary_signals": quiet}
+                              "other_pages_fired": fired, "other_pages_in_transition": transition,
+                              "other_kinds_moved": moved_foreign, "primary_signals": quiet}
     from sandbox.drill.leaks import scan_drill
 
     checks["no_leaks"] = scan_drill(drill, prom)
