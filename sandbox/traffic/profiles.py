@@ -46,6 +46,9 @@ class TrafficProfile:
     # A client that reads the first few streamed tokens (a label, a yes/no) and closes the stream,
     # leaving the server to abort the rest: a stream of aborts that healthy servers handle without a trace.
     close_after_tokens: int | None = None
+    # How many distinct context texts there are (a job asking many questions about a few documents,
+    # which prefix caching serves from cache); 0: fresh context for every request.
+    documents: int = 0
 
     def __post_init__(self):
         if not self.task_mix or any(t not in MAKERS for t in self.task_mix):
@@ -60,6 +63,8 @@ class TrafficProfile:
         lo, hi = self.output_tokens
         if not 1 <= lo <= hi:
             raise ValueError(f"output_tokens must be (lo, hi) with 1 <= lo <= hi, got {self.output_tokens!r}")
+        if self.documents < 0:
+            raise ValueError(f"documents must be >= 0, got {self.documents!r}")
         if self.close_after_tokens is not None and self.close_after_tokens < 1:
             raise ValueError(f"close_after_tokens must be >= 1, got {self.close_after_tokens!r}")
         if self.temperature < 0:
@@ -69,7 +74,11 @@ class TrafficProfile:
         task = rng.choices(list(self.task_mix), weights=list(self.task_mix.values()))[0]
         example = MAKERS[task](rng)
         band = rng.choices(self.context, weights=[b.weight for b in self.context])[0]
-        context = _filler(rng, rng.randint(band.min_chars, band.max_chars))
+        if self.documents:  # one of a few fixed documents, the same text every time it is drawn
+            doc = rng.randrange(self.documents)
+            context = _filler(random.Random(f"document/{self.name}/{doc}"), band.max_chars)
+        else:
+            context = _filler(rng, rng.randint(band.min_chars, band.max_chars))
         shared = rng.random() < self.shared_prefix_share
         user = context + example.prompt
         chat = rng.random() < self.chat_share
@@ -141,10 +150,10 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
                    _EVEN, 0.1, (LengthBand(1.0, 250, 450),), (16, 48)),
     TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
                    _EVEN, 0.95, (LengthBand(1.0, 120, 260),), (16, 48)),
-    TrafficProfile("documents", "a batch job: a document as context and a short task; the client reads "
-                   "the first 8 tokens and closes the stream",
-                   {"copy": 1.0, "reverse": 1.0, "sort": 1.0, "add": 1.0}, 1.0, (LengthBand(1.0, 330, 420),),
-                   (24, 48), chat_share=0.0, close_after_tokens=8),
+    TrafficProfile("documents", "a batch job: questions about one of four long documents (after the system "
+                   "prompt); the client reads the first 16 tokens and closes the stream",
+                   {"copy": 1.0, "reverse": 1.0, "sort": 1.0, "add": 1.0}, 1.0, (LengthBand(1.0, 420, 420),),
+                   (24, 48), chat_share=0.0, close_after_tokens=16, documents=4),
     TrafficProfile("short", "short prompts and outputs: quick checks and tests",
                    _EVEN, 0.5, (LengthBand(1.0, 0, 0),), (4, 12)),
 )}
