@@ -119,7 +119,7 @@ async def _stream(client: httpx.AsyncClient, req: SampledRequest, model: str, t0
                         result.chunk_gaps_s.append(now - last)
                     last = now
                     text.append(piece)
-            if req.close_after_tokens is not None and len(text) >= req.close_after_tokens:
+            if req.close_after_chunks is not None and len(text) >= req.close_after_chunks:
                 result.completion_tokens = result.completion_tokens or len(text)  # no usage chunk comes
                 break  # the client has what it wanted: it closes the stream, the server aborts the rest
         result.e2e_s = time.perf_counter() - t0

@@ -43,9 +43,9 @@ class TrafficProfile:
     chat_share: float = 0.5
     stream: bool = True
     temperature: float = 0.0
-    # A client that reads the first few streamed tokens (a label, a yes/no) and closes the stream,
+    # A client that reads the first few streamed text chunks (a label, a yes/no) and closes the stream,
     # leaving the server to abort the rest: a stream of aborts that healthy servers handle without a trace.
-    close_after_tokens: int | None = None
+    close_after_chunks: int | None = None
     # How many distinct context texts there are (a job asking many questions about a few documents,
     # which prefix caching serves from cache); 0: fresh context for every request.
     documents: int = 0
@@ -65,8 +65,8 @@ class TrafficProfile:
             raise ValueError(f"output_tokens must be (lo, hi) with 1 <= lo <= hi, got {self.output_tokens!r}")
         if self.documents < 0:
             raise ValueError(f"documents must be >= 0, got {self.documents!r}")
-        if self.close_after_tokens is not None and self.close_after_tokens < 1:
-            raise ValueError(f"close_after_tokens must be >= 1, got {self.close_after_tokens!r}")
+        if self.close_after_chunks is not None and self.close_after_chunks < 1:
+            raise ValueError(f"close_after_chunks must be >= 1, got {self.close_after_chunks!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
 
@@ -85,7 +85,7 @@ class TrafficProfile:
         return SampledRequest(task=task, chat=chat, system=SYSTEM_PROMPT if shared else None, user=user,
                               max_tokens=rng.randint(*self.output_tokens), ignore_eos=self.ignore_eos,
                               stream=self.stream, temperature=self.temperature,
-                              close_after_tokens=self.close_after_tokens if self.stream else None)
+                              close_after_chunks=self.close_after_chunks if self.stream else None)
 
 
 @dataclass
@@ -100,7 +100,7 @@ class SampledRequest:
     temperature: float
     seed: int | None = None
     extra: dict = field(default_factory=dict)
-    close_after_tokens: int | None = None  # stop reading (close the stream) after this many text chunks
+    close_after_chunks: int | None = None  # stop reading (close the stream) after this many text chunks
 
     @property
     def path(self) -> str:
@@ -151,9 +151,9 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
     TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
                    _EVEN, 0.95, (LengthBand(1.0, 120, 260),), (16, 48)),
     TrafficProfile("documents", "a batch job: questions about one of four long documents (after the system "
-                   "prompt); the client reads the first 16 tokens and closes the stream",
+                   "prompt); the client reads the first 6 text chunks and closes the stream",
                    {"copy": 1.0, "reverse": 1.0, "sort": 1.0, "add": 1.0}, 1.0, (LengthBand(1.0, 420, 420),),
-                   (24, 48), chat_share=0.0, close_after_tokens=16, documents=4),
+                   (24, 48), chat_share=0.0, close_after_chunks=6, documents=4),
     TrafficProfile("short", "short prompts and outputs: quick checks and tests",
                    _EVEN, 0.5, (LengthBand(1.0, 0, 0),), (4, 12)),
 )}

@@ -104,7 +104,7 @@ def test_a_client_that_disconnects_aborts_its_request(stack):
     stack.wait_for("max(vllm:kv_cache_usage_perc)", lambda v: v == 0)
 
 
-def test_a_client_that_stops_reading_after_a_few_tokens_gets_them_and_the_server_aborts_the_rest(stack):
+def test_a_client_that_stops_reading_after_a_few_chunks_gets_them_and_the_server_aborts_the_rest(stack):
     import asyncio
     import random
 
@@ -119,5 +119,5 @@ def test_a_client_that_stops_reading_after_a_few_tokens_gets_them_and_the_server
             return await send_request(client, req, stack.model)
 
     result = asyncio.run(main())
-    assert result.status == "200" and result.completion_tokens == req.close_after_tokens < req.max_tokens
+    assert result.status == "200" and result.completion_tokens == req.close_after_chunks < req.max_tokens
     stack.wait_for('sum(vllm:request_success_total{finished_reason="abort"})', lambda v: v >= before + 1)
