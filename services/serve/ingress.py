@@ -103,7 +103,8 @@ class _Reply:
                 self.gen.cancel()
 
 
-@serve.deployment(name="OpenAIIngress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
+@serve.deployment(name="OpenAIIngress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000,
+                  graceful_shutdown_timeout_s=120)
 @serve.ingress(api)
 class OpenAIIngress:
     def __init__(self, llm: DeploymentHandle, app_config: dict):
