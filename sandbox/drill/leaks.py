@@ -39,7 +39,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "weight-quantization-too-coarse": ("quantization too coarse", "coarse quantization", "bad quantization"),
     "kv-cache-quantization": ("kv cache quantization", "kv quantization", "bad kv scale", "kv scale"),
     "draft-model-mismatch": ("draft mismatch", "mismatched draft", "wrong draft", "draft model mismatch"),
-    "capacity-exceeded": ("capacity exceeded", "traffic surge", "over capacity"),
+    # ("traffic surge" is the brief's public incident id, shown with every drill of it)
+    "capacity-exceeded": ("capacity exceeded", "over capacity"),
     "no-fault": ("no fault", "control drill", "nothing injected", "no injection"),
 }
 FAULT_TYPE_PHRASES = ("replica override", "fault controller", "fault injection", "injected fault",
