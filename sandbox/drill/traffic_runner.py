@@ -92,7 +92,7 @@ class TrafficRunner:
                     await asyncio.gather(*(job_client(job, i) for i in range(job.concurrency)))
 
             self.stats.started_at = self.started_at
-            for planned in getattr(self.plan, "jobs", ()):
+            for planned in self.plan.jobs:
                 task = asyncio.create_task(job(planned))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
