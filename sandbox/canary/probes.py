@@ -34,7 +34,7 @@ STORY_MAX_TOKENS = 64
 SEEDED_TEMPERATURE = 0.8
 # Consistency prompts: this many from each task's eval set (stories first: they are the sensitive ones).
 CONSISTENCY_PROMPTS = {"story": 4, "copy": 1, "reverse": 1, "add": 1}
-CONSISTENCY_STORY_TOKENS = 40
+CONSISTENCY_STORY_TOKENS = 64  # each greedy choice point is a chance to flip: longer shows more
 MODES = ("greedy", "seeded")
 
 

@@ -5,7 +5,8 @@
                every sibling variant at least one signal contradicts the sibling's signature;
   (c) quiet    once the injection has settled, no incident with another kind of symptom (latency,
                errors, accuracy, consistency) pages or moves its primary signal the way its symptom
-               does (alerts during a rolling deploy's transition are reported apart); same-kind figures are reported beside it (one slow
+               does (alerts while a 1m rate window still holds the injection's transition
+               are reported apart); same-kind figures are reported beside it (one slow
                replica also slows the fleet's p99: latency moves together).
 
 A signal's direction compares its mean over the incident window with the
@@ -22,6 +23,10 @@ from dataclasses import dataclass
 PAGE_WITHIN_S = 120.0
 WARMUP_S = 30.0  # the first seconds of traffic fill caches and rate windows: not baseline
 SETTLE_S = 30.0  # rate windows need this long after the injection to show the new regime
+# An alert's expression reads a 1m rate window: until a minute after the injection completed it
+# still holds samples of the transition (a rolling deploy on 2 cores stalls traffic while new
+# replicas load), so other-kind alerts count from here on.
+ALERT_SETTLE_S = 65.0
 REL_CHANGE = 0.2
 SIGMAS = 3.0
 ABS_FLOOR = 1e-3
@@ -160,7 +165,7 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     foreign = sorted({o.page.alert for o in catalogue.values() if o.page.alert and family(o) not in (own_family,)})
     # A rolling deploy on a 2-core machine slows everything while new replicas load: alerts that
     # fire only during the injection's transition are reported, not held against the variant.
-    steady = t0 + settled_s + SETTLE_S
+    steady = t0 + settled_s + ALERT_SETTLE_S
     transition = [a for a in baseline_alerts(prom, inject_wall, steady) if a in foreign]
     fired = [a for a in baseline_alerts(prom, steady, t0 + end_s) if a in foreign]
     checks["others_quiet"] = {"pass": not fired and not moved_foreign, "family": own_family,
