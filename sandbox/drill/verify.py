@@ -7,7 +7,8 @@
                errors, accuracy, consistency) pages or moves its primary signal the way its symptom
                does (alerts while a 1m rate window still holds the injection's transition
                are reported apart); same-kind figures are reported beside it (one slow
-               replica also slows the fleet's p99: latency moves together).
+               replica also slows the fleet's p99: latency moves together; a fleet whose replicas
+               fail and restart queues what is left: latency follows errors).
 
 A signal's direction compares its mean over the incident window with the
 baseline window: `up` / `down` when the change exceeds both 3 standard
@@ -27,6 +28,9 @@ SETTLE_S = 30.0  # rate windows need this long after the injection to show the n
 # still holds samples of the transition (a rolling deploy on 2 cores stalls traffic while new
 # replicas load), so other-kind alerts count from here on.
 ALERT_SETTLE_S = 65.0
+# Kinds of symptom that follow from an incident's own: replicas that fail requests and restart
+# leave the rest of the fleet a queue, so latency follows errors (the converse does not hold).
+FOLLOWS = {"errors": ("errors", "latency")}
 REL_CHANGE = 0.2
 SIGMAS = 3.0
 ABS_FLOOR = 1e-3
@@ -158,11 +162,12 @@ def check_run(drill, prom, catalogue: dict) -> dict:
         o["family"] = family(other)
         quiet[other.id] = o
         o["symptom"] = symptom_direction(other)
-        if o["family"] != own_family and o["direction"] == o["symptom"]:
+        if o["family"] not in FOLLOWS.get(own_family, (own_family,)) and o["direction"] == o["symptom"]:
             moved_foreign.append(other.id)
     # One slow replica also slows the fleet's p99: latency figures move together (physics, not unfairness).
     # What must not happen is a symptom of another kind: a latency drill that moves errors or answers.
-    foreign = sorted({o.page.alert for o in catalogue.values() if o.page.alert and family(o) not in (own_family,)})
+    foreign = sorted({o.page.alert for o in catalogue.values()
+                      if o.page.alert and family(o) not in FOLLOWS.get(own_family, (own_family,))})
     # A rolling deploy on a 2-core machine slows everything while new replicas load: alerts that
     # fire only during the injection's transition are reported, not held against the variant.
     steady = t0 + settled_s + ALERT_SETTLE_S
