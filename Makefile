@@ -1,8 +1,13 @@
-# The two quick-start targets are `make demo` and `make test`; both set up .venv first.
-.PHONY: setup demo demo-engine test test-serving test-gpu verify-all bench bench-serving eval train clean
+# The two quick-start targets are `make drill` and `make test`; both set up .venv first.
+.PHONY: setup drill demo demo-engine test test-serving test-gpu verify-all bench bench-serving eval train clean
 
 setup:
 	@scripts/setup.sh
+
+# A drill on the embedded default (local Ray, Ray Serve, local Prometheus, CPU): a random incident,
+# paged through a real alert; it goes on until Ctrl-C, which reverts the fault and stops everything.
+drill: setup
+	.venv/bin/sandbox drill --random
 
 # The serving stack on the embedded default (local Ray, Ray Serve, local Prometheus, CPU):
 # up, 30 s of traffic through the OpenAI API, what Prometheus saw, then down.

@@ -58,8 +58,10 @@ def register(app: typer.Typer) -> None:
         incident: str = typer.Argument(None, help=INCIDENTS_HELP),
         pick_random: bool = typer.Option(False, "--random", help="a random incident (chosen by --seed)"),
         seed: int = typer.Option(None, "--seed", help="fixes the incident (with --random), variant and timeline"),
-        headless: bool = typer.Option(False, "--headless", help="no page prompt: run for --duration and stop"),
-        duration: float = typer.Option(None, "--duration", min=30, help="seconds of traffic (default: the incident's)"),
+        headless: bool = typer.Option(False, "--headless", help="run the timeline (or --duration) and stop; "
+                                      "without it the drill goes on after the page until you end it with Ctrl-C"),
+        duration: float = typer.Option(None, "--duration", min=30, help="seconds of traffic, then stop "
+                                       "(default: the incident's timeline, headless; open-ended otherwise)"),
         keep_up: bool = typer.Option(False, "--keep-up", help="leave the stack running afterwards"),
         list_incidents: bool = typer.Option(False, "--list", help="list the incidents and exit"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object at the end"),
@@ -81,7 +83,8 @@ def register(app: typer.Typer) -> None:
             return
         seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
         inc, variant = _pick(catalogue, incident, pick_random, seed, None)
-        result = _run(inc, variant, seed, duration, keep_up, as_json, headless)
+        result = _run(inc, variant, seed, duration, keep_up, as_json, headless,
+                      open_ended=not headless and duration is None)
         summary = _summary(result)
         if as_json:
             print_json(summary)
@@ -176,7 +179,7 @@ def _print_table(rows: list[dict]) -> None:
     console.print(table)
 
 
-def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None):
+def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None, open_ended=False):
     from sandbox.drill.runner import Drill
     from sandbox.progress import Steps
 
@@ -189,11 +192,12 @@ def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardo
 
             console.print(page_panel(page, StackState.load(cfg.state_file)))
             if not headless:
-                console.print("Investigate, then end the drill with Ctrl-C (the record is kept).")
+                console.print("Investigate; the incident goes on until you end the drill with Ctrl-C "
+                              "(faults are reverted, the stack stopped, the record kept).")
 
     try:
         drill = Drill(cfg, inc, variant, seed, duration_s=duration, steps=steps, on_page=on_page,
-                      before_teardown=before_teardown, keep_up=keep_up)
+                      before_teardown=before_teardown, keep_up=keep_up, open_ended=open_ended)
     except ValueError as e:
         fail(f"{inc.id}: {e}", code=2)
     if not as_json:

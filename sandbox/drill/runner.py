@@ -34,7 +34,7 @@ class DrillInterrupted(Exception):
 class DrillResult:
     run_id: str
     run_dir: str
-    status: str  # "finished" | "interrupted" | "failed"
+    status: str  # "finished" | "ended" (Ctrl-C after the page, open-ended) | "interrupted" | "failed"
     page: dict | None
     plan: DrillPlan
     stats: dict = field(default_factory=dict)
@@ -58,7 +58,7 @@ def build_faults(plan: DrillPlan) -> list[list[tuple[dict, object]]]:
 class Drill:
     def __init__(self, cfg: SandboxConfig, incident, variant: str, seed: int, *, duration_s: float | None = None,
                  steps: Steps | None = None, on_page=None, before_teardown=None, keep_up: bool = False,
-                 poll_s: float = 1.0):
+                 poll_s: float = 1.0, open_ended: bool = False):
         self.cfg, self.incident, self.seed = cfg, incident, seed
         self.plan = make_plan(incident, variant, seed, duration_s)
         self.steps = steps or Steps()
@@ -66,6 +66,9 @@ class Drill:
         self.before_teardown = before_teardown  # called with (drill, prom) while Prometheus still runs
         self.keep_up = keep_up
         self.poll_s = poll_s
+        # An interactive drill does not stop at the timeline's end: the incident and its traffic go on
+        # while the candidate investigates, until they end it (Ctrl-C, or a diagnosis).
+        self.open_ended = open_ended
         self.faults = build_faults(self.plan)
         self.setup = _setup_fault(incident)  # the incident's healthy baseline settings, deployed before traffic
         self.injected: list = []
@@ -93,7 +96,10 @@ class Drill:
             if self.before_teardown:
                 checks = self.before_teardown(self, self.prom)
         except (KeyboardInterrupt, DrillInterrupted):
-            status, error = "interrupted", "interrupted"
+            if self.open_ended and self.page is not None:
+                status = "ended"  # the candidate was paged and ended the drill: its normal end
+            else:
+                status, error = "interrupted", "interrupted"
         except Exception as e:  # noqa: BLE001 - recorded in run.json, then re-raised after clean-up
             error = f"{type(e).__name__}: {e}"
             raise
@@ -127,7 +133,7 @@ class Drill:
         self.exporter = TrafficExporter("drill", self.cfg.host, self.cfg.traffic_port, self.state.targets_dir,
                                         linger_s=2 * self.cfg.scrape_interval_s)
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
-                                     self.exporter).start()
+                                     self.exporter, open_ended=self.open_ended).start()
         self.t0_wall = time.time()
         self.record.update_public(traffic_started=self.t0_wall)
         self.record.event("traffic started", 0.0)
@@ -162,6 +168,7 @@ class Drill:
     def _follow_timeline(self) -> None:
         pending = list(zip(self.plan.events, self.faults))
         next_note = 30.0
+        said_so = False
         while True:
             t = self.traffic.elapsed()
             if t >= next_note:
@@ -174,7 +181,12 @@ class Drill:
             if self.traffic.error is not None:
                 raise RuntimeError(f"the traffic generator failed: {self.traffic.error!r}")
             if t >= self.plan.duration_s:
-                return
+                if not self.open_ended:
+                    return
+                if not said_so:
+                    said_so = True
+                    self.steps.note("the timeline has run its course; the incident and its traffic go on "
+                                    "until you end the drill with Ctrl-C")
             time.sleep(self.poll_s)
 
     def _fault_context(self) -> None:

@@ -27,12 +27,16 @@ from sandbox.traffic.profiles import get_profile
 
 class TrafficRunner:
     def __init__(self, api_url: str, model: str, plan, seed: int, exporter=None, max_in_flight: int = 256,
-                 abandon_share: float = 0.05, abandon_after_s: tuple[float, float] = (0.3, 1.5)):
+                 abandon_share: float = 0.05, abandon_after_s: tuple[float, float] = (0.3, 1.5),
+                 open_ended: bool = False):
         if not 0 <= abandon_share < 1:
             raise ValueError(f"abandon_share must be in [0, 1), got {abandon_share!r}")
         self.abandon_share, self.abandon_after_s = abandon_share, abandon_after_s
         self.dropped = 0  # arrivals not sent because max_in_flight requests were already waiting
         self.api_url, self.model, self.plan = api_url, model, plan
+        # Open-ended (an interactive drill): the base traffic goes on past the plan's end, at the last
+        # segment's rate and profile, until stop() is called.
+        self.until_s = None if open_ended else plan.duration_s
         self.seed = seed
         self.rng = random.Random(f"traffic/{seed}")
         self.exporter = exporter
@@ -100,7 +104,7 @@ class TrafficRunner:
             while not self._stop.is_set():
                 seg = self.plan.segment_at(t)
                 t += self.rng.expovariate(seg.rate)
-                if t >= self.plan.duration_s:
+                if self.until_s is not None and t >= self.until_s:
                     break
                 while not self._stop.is_set() and (wait := t - self.elapsed()) > 0:
                     await asyncio.sleep(min(wait, 0.25))
