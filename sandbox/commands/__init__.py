@@ -5,7 +5,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from sandbox.commands import deploy, drill, query, stack, traffic
+    from sandbox.commands import deploy, diagnose, drill, query, stack, traffic
 
-    for module in (stack, traffic, query, deploy, drill):
+    for module in (stack, traffic, query, deploy, drill, diagnose):
         module.register(app)
