@@ -9,3 +9,4 @@ def register(app: typer.Typer) -> None:
 
     for module in (stack, traffic, query, deploy, drill, diagnose):
         module.register(app)
+    diagnose.register_grade(app)

@@ -55,3 +55,53 @@ def register(app: typer.Typer) -> None:
             print_json({"valid": True, "diagnosis": diagnosis.to_dict()})
         else:
             console.print(f"{check}: a valid diagnosis of run {diagnosis.run} ({diagnosis.root_cause})")
+
+
+def register_grade(app: typer.Typer) -> None:
+    @app.command()
+    def grade(
+        run: Path = typer.Argument(..., help="a run directory (runs/<run-id>)"),
+        diagnosis_file: Path = typer.Option(..., "--diagnosis", "-d", help="the diagnosis (YAML or JSON)"),
+        key: Path = typer.Option(None, "--key", help="the run's key (default: the sandbox's keys/<run-id>.key)"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object: score and criteria"),
+    ):
+        """Score a diagnosis of a recorded run, 0-100, with points and a sentence per criterion.
+
+        Each cited query is re-run on the run's own Prometheus data (a read-only Prometheus over it),
+        over the baseline and the incident windows. The same inputs give the same report, byte for byte.
+        """
+        from incidents.schema import IncidentError, load_catalogue
+        from sandbox.commands.common import config
+        from sandbox.grading.diagnosis import DiagnosisError, load_diagnosis
+        from sandbox.grading.grader import Grader
+        from sandbox.grading.recorded import RecordedPrometheus, RecordedRun
+        from sandbox.prometheus import PrometheusError
+
+        cfg = config()
+        try:
+            diagnosis = load_diagnosis(diagnosis_file)
+        except DiagnosisError as e:
+            fail(str(e), code=2)
+        run = run.resolve()
+        try:
+            recorded = RecordedRun(run, key or cfg.keys_dir / f"{run.name}.key")
+        except (ValueError, FileNotFoundError) as e:
+            fail(str(e), code=2)
+        if diagnosis.run != recorded.run_id:
+            fail(f"{diagnosis_file}: run: names {diagnosis.run!r}, but this is run {recorded.run_id!r}", code=2)
+        try:
+            incident = load_catalogue(cfg.incidents)[recorded.incident_id]
+        except (IncidentError, KeyError) as e:
+            fail(f"the run's incident {recorded.incident_id!r} cannot be loaded: {e}")
+        try:
+            with RecordedPrometheus(run / "prometheus") as prom:
+                grader = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(), prom)
+                report = grader.grade(diagnosis)
+        except PrometheusError as e:
+            fail(str(e))
+        if as_json:
+            print_json(report.to_dict())
+            return
+        for c in report.criteria:
+            console.print(f"  {c.name:<12} {c.points:>3}/{c.max_points:<3} {c.sentence}", soft_wrap=True)
+        console.print(f"[bold]score {report.score}/100[/bold]")

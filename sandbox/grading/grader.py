@@ -1,0 +1,202 @@
+"""The grader: a 0-100 score for a diagnosis of a recorded run, with points and a sentence per criterion.
+
+    root cause   35  the answer key's root cause, exactly
+    location     15  shared over what the key locates (replica, version, component)
+    evidence     25  cited queries re-run on the run's data: each must read a metric of the variant's
+                     distinguishing signals and show a change beyond baseline noise (for a drill with
+                     no fault: show that nothing moved); a query that shows nothing earns nothing
+    hypotheses   15  the strongest sibling cause (the variant whose signature this run matches best)
+                     ruled out by a query that really separates them: it reads a signal that
+                     contradicts the sibling here and moves the way that signal moved
+    remediation  10  the first remedy among the key's (5 when only a later one is)
+
+Deterministic: the same run, key and diagnosis give the same report, byte for byte (queries run
+over fixed windows and steps; figures are rounded; nothing depends on the clock).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from incidents.promql import metric_families
+from sandbox.drill.verify import observe
+from sandbox.grading.diagnosis import Diagnosis
+from sandbox.grading.recorded import Windows
+
+POINTS = {"root_cause": 35, "location": 15, "evidence": 25, "hypotheses": 15, "remediation": 10}
+
+
+@dataclass
+class Criterion:
+    name: str
+    points: int
+    max_points: int
+    sentence: str
+    details: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "points": self.points, "max": self.max_points, "sentence": self.sentence,
+                "details": self.details}
+
+
+@dataclass
+class Report:
+    run: str
+    score: int
+    criteria: list[Criterion]
+    time_to_diagnosis_s: float | None
+
+    def to_dict(self) -> dict:
+        return {"run": self.run, "score": self.score, "criteria": [c.to_dict() for c in self.criteria],
+                "time_to_diagnosis_s": self.time_to_diagnosis_s}
+
+
+class Grader:
+    def __init__(self, incident, variant: str, answer: dict, windows: Windows, prom):
+        self.incident, self.variant, self.answer, self.w, self.prom = incident, variant, answer, windows, prom
+        self._observed: dict[str, object] = {}
+
+    # -- measuring ------------------------------------------------------------------
+    def observe(self, expr: str):
+        """Direction of `expr` between the baseline and the incident window of this run (memoized)."""
+        if expr not in self._observed:
+            w = self.w
+            self._observed[expr] = observe(self.prom, expr, expr, w.t0, w.inject_s, w.end_s, settled_s=w.settled_s)
+        return self._observed[expr]
+
+    def signal_families(self, names) -> dict[str, set[str]]:
+        return {n: set(metric_families(self.incident.signals[n])) for n in names if n in self.incident.signals}
+
+    # -- criteria -------------------------------------------------------------------
+    def grade(self, d: Diagnosis, time_to_diagnosis_s: float | None = None) -> Report:
+        criteria = [self.root_cause(d), self.location(d), self.evidence(d), self.hypotheses(d), self.remediation(d)]
+        return Report(d.run, sum(c.points for c in criteria), criteria,
+                      None if time_to_diagnosis_s is None else round(time_to_diagnosis_s, 1))
+
+    def root_cause(self, d: Diagnosis) -> Criterion:
+        right = d.root_cause == self.answer["root_cause"]
+        return Criterion("root_cause", POINTS["root_cause"] if right else 0, POINTS["root_cause"],
+                         f"root cause {d.root_cause!r} is right" if right else
+                         f"root cause {d.root_cause!r} is not what happened")
+
+    def location(self, d: Diagnosis) -> Criterion:
+        key = {k: v for k, v in self.answer["location"].items() if v is not None}
+        if not key:
+            return Criterion("location", POINTS["location"], POINTS["location"], "nothing to locate")
+        got = {"replica": d.location.replica, "version": d.location.version, "component": d.location.component}
+        hits = {k: _same_place(k, got[k], v) for k, v in sorted(key.items())}
+        points = round(POINTS["location"] * sum(hits.values()) / len(hits))
+        right = [k for k, ok in hits.items() if ok]
+        wrong = [k for k, ok in hits.items() if not ok]
+        sentence = (f"located by {', '.join(right)}" if right else "not located") + \
+                   (f"; {', '.join(wrong)} missing or wrong" if wrong else "")
+        return Criterion("location", points, POINTS["location"], sentence,
+                         [{"field": k, "right": ok} for k, ok in hits.items()])
+
+    def evidence(self, d: Diagnosis) -> Criterion:
+        wanted = self.signal_families(self.answer["evidence"])
+        no_fault = self.answer["root_cause"] == "no-fault"
+        covered, details = set(), []
+        for item in d.evidence:
+            fams = set(metric_families(item.query))
+            touched = sorted(n for n, f in wanted.items() if fams & f)
+            o = self.observe(item.query)
+            shows = o.direction == "flat" if no_fault else o.direction in ("up", "down")
+            ok = bool(touched) and shows
+            if ok:
+                covered.update(touched)
+            details.append({"query": item.query, "touches": touched, "baseline": _r(o.baseline),
+                            "incident": _r(o.incident), "direction": o.direction, "counts": ok})
+        need = min(2, len(wanted)) or 1
+        points = round(POINTS["evidence"] * min(len(covered), need) / need)
+        counted = sum(x["counts"] for x in details)
+        if not d.evidence:
+            sentence = "no evidence cited"
+        elif not counted:
+            sentence = "no cited query both reads the distinguishing signal and " + \
+                       ("stays flat" if no_fault else "shows a change beyond baseline noise")
+        else:
+            sentence = f"{counted} of {len(details)} cited queries show the distinguishing signal " + \
+                       ("staying flat" if no_fault else "changing") + f" ({', '.join(sorted(covered))})"
+        return Criterion("evidence", points, POINTS["evidence"], sentence, details)
+
+    def strongest_sibling(self) -> tuple[str | None, list[str]]:
+        """The sibling variant this run looks most like, and the signals that contradict it here."""
+        best = None
+        for name in sorted(self.incident.variants):
+            if name == self.variant:
+                continue
+            sib = self.incident.variants[name]
+            by = [s for s, want in sorted(sib.signature.items())
+                  if self.observe(self.incident.signals[s]).direction not in ("no data", want)]
+            if best is None or len(by) < len(best[1]):
+                best = (name, by)
+        return best if best else (None, [])
+
+    def hypotheses(self, d: Diagnosis) -> Criterion:
+        sibling, separating = self.strongest_sibling()
+        details = []
+        if sibling is None:  # a single-cause incident: any alternative ruled out by a real observation
+            fams = self.signal_families(self.incident.signals)
+            for h in d.hypotheses:
+                o = self.observe(h.ruled_out_by)
+                reads = sorted(n for n, f in fams.items() if set(metric_families(h.ruled_out_by)) & f)
+                ok = h.root_cause != self.answer["root_cause"] and bool(reads) and o.direction != "no data"
+                details.append({"root_cause": h.root_cause, "reads": reads, "direction": o.direction, "counts": ok})
+            ok = any(x["counts"] for x in details)
+            return Criterion("hypotheses", POINTS["hypotheses"] if ok else 0, POINTS["hypotheses"],
+                             "an alternative ruled out with a query on this run's signals" if ok else
+                             "no alternative ruled out by a query that reads this incident's signals", details)
+        causes = {n: v.answer.root_cause for n, v in self.incident.variants.items()}
+        sep_fams = self.signal_families(separating)
+        best = 0
+        for h in d.hypotheses:
+            o = self.observe(h.ruled_out_by)
+            fams = set(metric_families(h.ruled_out_by))
+            reads = sorted(s for s, f in sep_fams.items() if fams & f)
+            moves = [s for s in reads if self.observe(self.incident.signals[s]).direction == o.direction]
+            target = h.root_cause == causes[sibling]
+            ok = bool(moves)
+            if ok:
+                best = max(best, POINTS["hypotheses"] if target else POINTS["hypotheses"] // 2)
+            details.append({"root_cause": h.root_cause, "strongest_sibling": target, "reads": reads,
+                            "direction": o.direction, "separates": ok})
+        ruled = [x for x in details if x["separates"] and x["strongest_sibling"]]
+        if ruled:
+            sentence = f"the strongest alternative ({causes[sibling]}) is ruled out by a query that separates them"
+        elif best:
+            sentence = f"an alternative is ruled out, but not the strongest ({causes[sibling]})"
+        else:
+            sentence = f"the strongest alternative ({causes[sibling]}) is not ruled out by a query that " \
+                       f"separates them (here: {', '.join(separating) or 'nothing'})"
+        return Criterion("hypotheses", best, POINTS["hypotheses"], sentence, details)
+
+    def remediation(self, d: Diagnosis) -> Criterion:
+        right = self.answer["remediation"]
+        if d.remediation and d.remediation[0] in right:
+            return Criterion("remediation", POINTS["remediation"], POINTS["remediation"],
+                             f"{d.remediation[0]!r} fixes it")
+        later = [r for r in d.remediation if r in right]
+        if later:
+            return Criterion("remediation", POINTS["remediation"] // 2, POINTS["remediation"],
+                             f"{later[0]!r} fixes it, but comes after {d.remediation[0]!r}")
+        return Criterion("remediation", 0, POINTS["remediation"], "none of the remedies fixes it")
+
+
+def _r(v):
+    return None if v is None else round(v, 4)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+_GENERIC = {"the", "a", "of", "engine", "replica", "model", "config", "settings", "layer"}
+
+
+def _same_place(key: str, got: str | None, want: str) -> bool:
+    if got is None:
+        return False
+    if key in ("replica", "version"):
+        return got.strip().lower() == str(want).strip().lower()
+    # components are free text: "kv-cache" matches "KV cache", "the kv cache manager"
+    g = set(_WORD.findall(got.lower())) - _GENERIC
+    w = set(_WORD.findall(str(want).lower())) - _GENERIC
+    return bool(w & g)

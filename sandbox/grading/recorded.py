@@ -1,0 +1,110 @@
+"""A finished run, read back: its public record, its sealed answer, its windows, its Prometheus data.
+
+`RecordedPrometheus` serves a run's TSDB through a real Prometheus server, read-only: the data is
+copied to a scratch directory first (Prometheus writes to whatever directory it opens), the
+server scrapes nothing and evaluates no rules, and it listens on loopback only. What the drill's
+rules recorded (alerts, `sandbox:*` series) is in the data already.
+"""
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox.drill.record import RunRecord
+from sandbox.prometheus import PrometheusClient, PrometheusError, find_binary, start_server
+
+READY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Seconds since traffic started (t0, wall clock): where the baseline and the incident are."""
+    t0: float
+    inject_s: float  # when the first fault went in
+    settled_s: float  # when the last injection had completed (a rolling deploy takes a while)
+    end_s: float  # when the record ends
+
+    def to_dict(self) -> dict:
+        return {"t0": self.t0, "inject_s": self.inject_s, "settled_s": self.settled_s, "end_s": self.end_s}
+
+
+class RecordedRun:
+    def __init__(self, run_dir: Path, key_file: Path):
+        self.record = RunRecord(Path(run_dir), Path(key_file))
+        if not self.record.run_file.is_file():
+            raise ValueError(f"{run_dir} is not a drill run (no run.json)")
+        if not (self.record.dir / "prometheus").is_dir():
+            raise ValueError(f"{run_dir} has no Prometheus data (prometheus/): the drill ended before it was kept")
+        self.public = self.record.public()
+        self.sealed = self.record.unseal()
+
+    @property
+    def run_id(self) -> str:
+        return self.public["run_id"]
+
+    @property
+    def incident_id(self) -> str:
+        return self.public["incident"]
+
+    def windows(self) -> Windows:
+        t0 = self.public.get("traffic_started") or self.sealed.get("traffic_started")
+        if t0 is None:
+            raise ValueError(f"run {self.run_id} never started its traffic: nothing to grade")
+        plan = self.sealed["plan"]
+        injected = [f for f in self.sealed.get("faults", []) if f["event"] == "inject" and f.get("at_s") is not None]
+        inject_s = injected[0]["at_s"] if injected else plan["inject_at_s"]
+        settled_s = max([f.get("done_s") or f["at_s"] for f in injected], default=inject_s)
+        ended = self.public.get("ended")
+        end_s = (ended - t0) if ended else plan["duration_s"]
+        return Windows(t0, float(inject_s), float(settled_s), float(end_s))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class RecordedPrometheus:
+    """`with RecordedPrometheus(data_dir) as prom:` a PrometheusClient over a copy of the data."""
+
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int | None = None):
+        self.data_dir, self.host, self.port = Path(data_dir), host, port
+        self.scratch: Path | None = None
+        self.proc = None
+        self.client: PrometheusClient | None = None
+
+    def __enter__(self) -> PrometheusClient:
+        self.scratch = Path(tempfile.mkdtemp(prefix="sandbox-replay-"))
+        try:
+            shutil.copytree(self.data_dir, self.scratch / "data")
+            config = self.scratch / "prometheus.yml"
+            config.write_text("global: {}\n")  # no scrapes, no rules: the record is all there is
+            port = self.port or free_port(self.host)
+            self.proc = start_server(find_binary("prometheus"), config, self.scratch / "data",
+                                     f"{self.host}:{port}", self.scratch / "prometheus.log")
+            self.client = PrometheusClient(f"http://{self.host}:{port}")
+            self.client.wait_ready(READY_TIMEOUT_S)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self.client
+
+    def __exit__(self, *exc) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - a Prometheus that ignores SIGTERM is killed
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+__all__ = ["RecordedRun", "RecordedPrometheus", "Windows", "PrometheusError", "free_port"]
