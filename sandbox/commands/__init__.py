@@ -5,8 +5,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from sandbox.commands import deploy, diagnose, drill, query, stack, traffic
+    from sandbox.commands import deploy, diagnose, drill, query, replay, stack, traffic
 
-    for module in (stack, traffic, query, deploy, drill, diagnose):
+    for module in (stack, traffic, query, deploy, drill, diagnose, replay):
         module.register(app)
     diagnose.register_grade(app)

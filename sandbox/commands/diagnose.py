@@ -60,9 +60,10 @@ def register(app: typer.Typer) -> None:
 def register_grade(app: typer.Typer) -> None:
     @app.command()
     def grade(
-        run: Path = typer.Argument(..., help="a run directory (runs/<run-id>)"),
+        run: Path = typer.Argument(..., help="a run directory (runs/<run-id>) or a recording (case.tar.gz)"),
         diagnosis_file: Path = typer.Option(..., "--diagnosis", "-d", help="the diagnosis (YAML or JSON)"),
-        key: Path = typer.Option(None, "--key", help="the run's key (default: the sandbox's keys/<run-id>.key)"),
+        key: Path = typer.Option(None, "--key", help="the run's key (default: keys/<run-id>.key in the sandbox "
+                                 "home; for a recording, the .key file beside it)"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object: score and criteria"),
     ):
         """Score a diagnosis of a recorded run, 0-100, with points and a sentence per criterion.
@@ -70,38 +71,61 @@ def register_grade(app: typer.Typer) -> None:
         Each cited query is re-run on the run's own Prometheus data (a read-only Prometheus over it),
         over the baseline and the incident windows. The same inputs give the same report, byte for byte.
         """
-        from incidents.schema import IncidentError, load_catalogue
         from sandbox.commands.common import config
         from sandbox.grading.diagnosis import DiagnosisError, load_diagnosis
-        from sandbox.grading.grader import Grader
-        from sandbox.grading.recorded import RecordedPrometheus, RecordedRun
-        from sandbox.prometheus import PrometheusError
+        from sandbox.grading.recorded import RecordedRun
+        from sandbox.grading.recording import is_archive, key_path_for, unpack
 
         cfg = config()
         try:
             diagnosis = load_diagnosis(diagnosis_file)
         except DiagnosisError as e:
             fail(str(e), code=2)
-        run = run.resolve()
+        scratch = None
         try:
+            if is_archive(run):
+                key = key or key_path_for(run)
+                run = unpack(run)
+                scratch = run.parent
+            run = run.resolve()
             recorded = RecordedRun(run, key or cfg.keys_dir / f"{run.name}.key")
+            if diagnosis.run != recorded.run_id:
+                raise ValueError(f"{diagnosis_file}: run: names {diagnosis.run!r}, but this is run {recorded.run_id!r}")
         except (ValueError, FileNotFoundError) as e:
+            _cleanup(scratch)
             fail(str(e), code=2)
-        if diagnosis.run != recorded.run_id:
-            fail(f"{diagnosis_file}: run: names {diagnosis.run!r}, but this is run {recorded.run_id!r}", code=2)
         try:
-            incident = load_catalogue(cfg.incidents)[recorded.incident_id]
-        except (IncidentError, KeyError) as e:
-            fail(f"the run's incident {recorded.incident_id!r} cannot be loaded: {e}")
-        try:
-            with RecordedPrometheus(run / "prometheus") as prom:
-                grader = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(), prom)
-                report = grader.grade(diagnosis)
-        except PrometheusError as e:
-            fail(str(e))
+            report = _grade(cfg, recorded, run, diagnosis)
+        finally:
+            _cleanup(scratch)
         if as_json:
             print_json(report.to_dict())
             return
         for c in report.criteria:
             console.print(f"  {c.name:<12} {c.points:>3}/{c.max_points:<3} {c.sentence}", soft_wrap=True)
         console.print(f"[bold]score {report.score}/100[/bold]")
+
+
+def _cleanup(scratch: Path | None) -> None:
+    import shutil
+
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _grade(cfg, recorded, run: Path, diagnosis):
+    from incidents.schema import IncidentError, load_catalogue
+    from sandbox.grading.grader import Grader
+    from sandbox.grading.recorded import RecordedPrometheus
+    from sandbox.prometheus import PrometheusError
+
+    try:
+        incident = load_catalogue(cfg.incidents)[recorded.incident_id]
+    except (IncidentError, KeyError) as e:
+        fail(f"the run's incident {recorded.incident_id!r} cannot be loaded: {e}")
+    try:
+        with RecordedPrometheus(run / "prometheus") as prom:
+            grader = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(), prom)
+            return grader.grade(diagnosis)
+    except PrometheusError as e:
+        fail(str(e))

@@ -21,17 +21,21 @@ def query(
     step_s: float = typer.Option(5.0, "--step", min=0.1, help="resolution of a range query, seconds"),
     as_json: bool = typer.Option(False, "--json", help="print Prometheus' result as JSON"),
 ):
-    """Run a PromQL query against the sandbox's Prometheus."""
+    """Run a PromQL query against the sandbox's Prometheus (or, while `sandbox replay` serves, the recording's)."""
     from sandbox.prometheus import PrometheusClient, PrometheusError
 
-    state = running_state(config())
-    client = PrometheusClient(state.prometheus_url)
+    from sandbox.commands.replay import active_replay
+
+    cfg = config()
+    replay = active_replay(cfg)  # a replay serves recorded data: its clock is the recording's
+    url, now = (replay["prometheus_url"], replay["at"]) if replay else (running_state(cfg).prometheus_url, None)
+    client = PrometheusClient(url)
     try:
         if range_s:
-            end = time.time()
+            end = now or time.time()
             rows = client.query_range(promql, end - range_s, end, step_s)
         else:
-            rows = client.query(promql)
+            rows = client.query(promql, at=now)
     except PrometheusError as e:
         fail(str(e))
     finally:

@@ -97,7 +97,7 @@ class RunRecord:
             raise FileNotFoundError(f"no key for run {self.dir.name} (expected {self.key_file})")
         try:
             return json.loads(Fernet(self.key_file.read_bytes()).decrypt(self.sealed_file.read_bytes()))
-        except InvalidToken:
+        except (InvalidToken, ValueError):  # ValueError: not a Fernet key at all
             raise ValueError(f"{self.key_file} is not the key of run {self.dir.name}") from None
 
     # -- Prometheus data -------------------------------------------------------
