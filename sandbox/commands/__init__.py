@@ -5,8 +5,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from sandbox.commands import deploy, diagnose, drill, query, replay, stack, traffic
+    from sandbox.commands import deploy, diagnose, drill, interview, query, replay, stack, traffic
 
-    for module in (stack, traffic, query, deploy, drill, diagnose, replay):
+    for module in (stack, traffic, query, deploy, drill, interview, diagnose, replay):
         module.register(app)
     diagnose.register_grade(app)

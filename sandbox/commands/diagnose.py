@@ -27,14 +27,17 @@ def register(app: typer.Typer) -> None:
         schema: bool = typer.Option(False, "--schema", help="print the diagnosis format's JSON Schema and exit"),
         check: Path = typer.Option(None, "--check", metavar="FILE",
                                    help="validate a diagnosis file (YAML or JSON) and exit: 0 valid, 2 not"),
-        as_json: bool = typer.Option(False, "--json", help="with --check: one JSON object"),
+        file: Path = typer.Option(None, "--file", "-f", help="submit this diagnosis to the running drill"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object"),
     ):
-        """The diagnosis format: `--schema` prints it, `--check FILE` validates a file.
+        """Diagnose the running drill: from --file, or interactively (the taxonomy as choices, each
+        query checked as you type). Grades at once, prints the report and ends the drill cleanly.
 
         A diagnosis names the run, the root cause (an id from `sandbox taxonomy`), where it is
         (replica, version, component; each may be null), the evidence (PromQL and what it shows),
         the alternatives ruled out (each with the PromQL that rules it out), the remediation and a
-        summary. Every problem is reported with its file, line and field.
+        summary. `--schema` prints the format's JSON Schema; `--check FILE` only validates a file.
+        Every problem is reported with its file, line and field (exit code 2), and changes nothing.
         """
         from sandbox.grading.diagnosis import DiagnosisError, json_schema, load_diagnosis
 
@@ -42,7 +45,10 @@ def register(app: typer.Typer) -> None:
             print_json(json_schema())
             return
         if check is None:
-            fail("pass --schema or --check FILE (grading a live drill comes with `sandbox grade`)", code=2)
+            from sandbox.commands.submit import submit
+
+            submit(file, as_json)
+            return
         try:
             diagnosis = load_diagnosis(check)
         except DiagnosisError as e:
@@ -65,6 +71,7 @@ def register_grade(app: typer.Typer) -> None:
         key: Path = typer.Option(None, "--key", help="the run's key (default: keys/<run-id>.key in the sandbox "
                                  "home; for a recording, the .key file beside it)"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object: score and criteria"),
+        no_debrief: bool = typer.Option(False, "--no-debrief", help="grade only; write no debrief report"),
     ):
         """Score a diagnosis of a recorded run, 0-100, with points and a sentence per criterion.
 
@@ -82,9 +89,11 @@ def register_grade(app: typer.Typer) -> None:
         except DiagnosisError as e:
             fail(str(e), code=2)
         scratch = None
+        debrief_home = None  # where the debrief goes: the run directory, or beside a recording
         try:
             if is_archive(run):
                 key = key or key_path_for(run)
+                debrief_home = run.resolve().parent / (run.name.split(".")[0] + "-debrief")
                 run = unpack(run)
                 scratch = run.parent
             run = run.resolve()
@@ -95,15 +104,17 @@ def register_grade(app: typer.Typer) -> None:
             _cleanup(scratch)
             fail(str(e), code=2)
         try:
-            report = _grade(cfg, recorded, run, diagnosis)
+            report, debrief = _grade(cfg, recorded, run, diagnosis, debrief_home, not no_debrief)
         finally:
             _cleanup(scratch)
         if as_json:
-            print_json(report.to_dict())
+            print_json({**report.to_dict(), "debrief": None if debrief is None else str(debrief)})
             return
         for c in report.criteria:
             console.print(f"  {c.name:<12} {c.points:>3}/{c.max_points:<3} {c.sentence}", soft_wrap=True)
         console.print(f"[bold]score {report.score}/100[/bold]")
+        if debrief is not None:
+            console.print(f"debrief: {debrief} (and .html beside it)")
 
 
 def _cleanup(scratch: Path | None) -> None:
@@ -113,7 +124,7 @@ def _cleanup(scratch: Path | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _grade(cfg, recorded, run: Path, diagnosis):
+def _grade(cfg, recorded, run: Path, diagnosis, debrief_home: Path | None, debrief: bool):
     from incidents.schema import IncidentError, load_catalogue
     from sandbox.grading.grader import Grader
     from sandbox.grading.recorded import RecordedPrometheus
@@ -125,7 +136,16 @@ def _grade(cfg, recorded, run: Path, diagnosis):
         fail(f"the run's incident {recorded.incident_id!r} cannot be loaded: {e}")
     try:
         with RecordedPrometheus(run / "prometheus") as prom:
-            grader = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(), prom)
-            return grader.grade(diagnosis)
+            windows = recorded.windows()
+            report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], windows,
+                            prom).grade(diagnosis)
+            path = None
+            if debrief:
+                from sandbox.grading.debrief import write_debrief
+
+                home = debrief_home or run
+                home.mkdir(parents=True, exist_ok=True)
+                path = write_debrief(home, incident, recorded.sealed, windows, report, prom, recorded.record.events())
+            return report, path
     except PrometheusError as e:
         fail(str(e))

@@ -9,6 +9,8 @@ Faults are built and validated before anything starts, so a bad incident file ch
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import random
 import signal
 import subprocess
@@ -58,7 +60,7 @@ def build_faults(plan: DrillPlan) -> list[list[tuple[dict, object]]]:
 class Drill:
     def __init__(self, cfg: SandboxConfig, incident, variant: str, seed: int, *, duration_s: float | None = None,
                  steps: Steps | None = None, on_page=None, before_teardown=None, keep_up: bool = False,
-                 poll_s: float = 1.0, open_ended: bool = False):
+                 poll_s: float = 1.0, open_ended: bool = False, mode: str = "drill"):
         self.cfg, self.incident, self.seed = cfg, incident, seed
         self.plan = make_plan(incident, variant, seed, duration_s)
         self.steps = steps or Steps()
@@ -69,6 +71,9 @@ class Drill:
         # An interactive drill does not stop at the timeline's end: the incident and its traffic go on
         # while the candidate investigates, until they end it (Ctrl-C, or a diagnosis).
         self.open_ended = open_ended
+        if mode not in ("drill", "interview"):
+            raise ValueError(f"mode must be drill or interview, got {mode!r}")
+        self.mode = mode
         self.faults = build_faults(self.plan)
         self.setup = _setup_fault(incident)  # the incident's healthy baseline settings, deployed before traffic
         self.injected: list = []
@@ -121,6 +126,9 @@ class Drill:
             "incident": self.incident.id, "seed": self.seed, "status": "running", "started": time.time(),
             "api_url": self.state.api_url, "prometheus_url": self.state.prometheus_url, "page": None})
         self._seal()
+        # Which drill is running, for `sandbox diagnose` and `sandbox ask` from another terminal.
+        _write_marker(self.cfg.home / DRILL_FILE, {"pid": os.getpid(), "run_dir": str(self.record.dir),
+                                                   "mode": self.mode, "started": time.time()})
         self.prom = PrometheusClient(self.state.prometheus_url)
         self._fault_context()
         if self.setup is not None:
@@ -257,6 +265,9 @@ class Drill:
     # -- the end -----------------------------------------------------------------
     def _teardown(self, status: str, error: str | None) -> None:
         errors = []
+        (self.cfg.home / DRILL_FILE).unlink(missing_ok=True)
+        if self.record is not None:  # the incident ends here: what follows is the clean-up
+            self.record.update_public(stopped=time.time())
         if self.injected:
             from faults.base import revert_all
 
@@ -309,6 +320,26 @@ class Drill:
                           "answer": _resolved_answer(variant.answer, self.fault_log, self.state),
                           "faults": self.fault_log, "early_alerts": self.early_alerts, "page": self.page,
                           "traffic_started": self.t0_wall, "stack_run_dir": self.state.run_dir if self.state else None})
+
+
+DRILL_FILE = "drill.json"  # in the sandbox home while a drill runs: its pid, run directory and mode
+
+
+def _write_marker(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def running_drill(cfg: SandboxConfig) -> dict | None:
+    """The drill now running on this machine ({pid, run_dir, mode, started}), or None."""
+    try:
+        info = json.loads((cfg.home / DRILL_FILE).read_text())
+        os.kill(info["pid"], 0)
+    except (OSError, ValueError, KeyError):
+        return None
+    return info
 
 
 def _resolved_answer(answer, fault_log: list[dict], state: StackState | None) -> dict:

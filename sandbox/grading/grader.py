@@ -10,6 +10,10 @@
                      contradicts the sibling here and moves the way that signal moved
     remediation  10  the first remedy among the key's (5 when only a later one is)
 
+A diagnosis whose cause is wrong keeps half its evidence and hypothesis points (real signals, read
+into the wrong conclusion). Where the key blames one replica, naming another is a wrong diagnosis
+(that replica is healthy) and its remedy would act on the healthy replica: no cause, no remedy points.
+
 Deterministic: the same run, key and diagnosis give the same report, byte for byte (queries run
 over fixed windows and steps; figures are rounded; nothing depends on the clock).
 """
@@ -68,16 +72,36 @@ class Grader:
         return {n: set(metric_families(self.incident.signals[n])) for n in names if n in self.incident.signals}
 
     # -- criteria -------------------------------------------------------------------
-    def grade(self, d: Diagnosis, time_to_diagnosis_s: float | None = None) -> Report:
+    def grade(self, d: Diagnosis, time_to_diagnosis_s: float | None = None, asks: list[dict] | None = None) -> Report:
+        """asks: the interview's log of `sandbox ask` ([{time, evidence}]); None outside an interview."""
         criteria = [self.root_cause(d), self.location(d), self.evidence(d), self.hypotheses(d), self.remediation(d)]
+        if not self.cause_right(d):  # real signals read into the wrong conclusion: half the work
+            for c in criteria:
+                if c.name in ("evidence", "hypotheses") and c.points:
+                    c.points //= 2
+                    c.sentence += "; halved: they support a cause that is not what happened"
+        if asks is not None:  # an interview: the order of the asks is graded too, on 20 of the 100 points
+            for c in criteria:
+                c.points, c.max_points = round(c.points * 0.8), round(c.max_points * 0.8)
+            criteria += self.discipline(asks)
         return Report(d.run, sum(c.points for c in criteria), criteria,
                       None if time_to_diagnosis_s is None else round(time_to_diagnosis_s, 1))
 
+    def wrong_replica(self, d: Diagnosis) -> bool:
+        """The key blames one replica and the diagnosis another: acting on it would drain a healthy one."""
+        want = self.answer["location"].get("replica")
+        return bool(want) and d.location.replica is not None and not _same_place("replica", d.location.replica, want)
+
+    def cause_right(self, d: Diagnosis) -> bool:
+        return d.root_cause == self.answer["root_cause"] and not self.wrong_replica(d)
+
     def root_cause(self, d: Diagnosis) -> Criterion:
-        right = d.root_cause == self.answer["root_cause"]
-        return Criterion("root_cause", POINTS["root_cause"] if right else 0, POINTS["root_cause"],
-                         f"root cause {d.root_cause!r} is right" if right else
-                         f"root cause {d.root_cause!r} is not what happened")
+        right = self.cause_right(d)
+        if d.root_cause == self.answer["root_cause"] and not right:
+            sentence = f"root cause {d.root_cause!r} is right, but on replica {d.location.replica}, which is healthy"
+        else:
+            sentence = f"root cause {d.root_cause!r} is " + ("right" if right else "not what happened")
+        return Criterion("root_cause", POINTS["root_cause"] if right else 0, POINTS["root_cause"], sentence)
 
     def location(self, d: Diagnosis) -> Criterion:
         key = {k: v for k, v in self.answer["location"].items() if v is not None}
@@ -171,8 +195,40 @@ class Grader:
                        f"separates them (here: {', '.join(separating) or 'nothing'})"
         return Criterion("hypotheses", best, POINTS["hypotheses"], sentence, details)
 
+    def discipline(self, asks: list[dict]) -> list[Criterion]:
+        from sandbox.drill.verify import family
+        from sandbox.grading.evidence import BY_NAME
+
+        asked = [BY_NAME[a["evidence"]] for a in asks if a.get("evidence") in BY_NAME]
+        names = [p.name for p in asked]
+        latency = family(self.incident) == "latency"
+        page_fams = set(metric_families(self.incident.signals[self.incident.primary]))
+        if latency:
+            looked = any(p.decomposes_latency for p in asked)
+            why = "split latency into its phases (queue, prefill, decode; by replica or version)"
+        else:
+            looked = any(page_fams & set(metric_families(q)) for p in asked for _, q in p.queries)
+            why = "looked at the paged signal itself"
+        first = Criterion("decomposed_first", 8 if looked else 0, 8,
+                          ("did " if looked else "did not ") + why + " before concluding", names)
+        _, separating = self.strongest_sibling()
+        sep_fams = set().union(*self.signal_families(separating).values()) if separating else set()
+        hit = [p.name for p in asked if any(sep_fams & set(metric_families(q)) for _, q in p.queries)]
+        if not separating:
+            sep = Criterion("asked_separating", 8, 8, "a single-cause incident: nothing to separate")
+        else:
+            sep = Criterion("asked_separating", 8 if hit else 0, 8,
+                            f"asked for what separates the top two causes ({', '.join(hit)})" if hit else
+                            f"never asked for what separates the top two causes ({', '.join(separating)})")
+        n = len(asks)
+        count = Criterion("asks", 4 if n <= 6 else 2 if n <= 10 else 0, 4, f"{n} asks (6 or fewer earn all 4 points)")
+        return [first, sep, count]
+
     def remediation(self, d: Diagnosis) -> Criterion:
         right = self.answer["remediation"]
+        if self.wrong_replica(d):
+            return Criterion("remediation", 0, POINTS["remediation"],
+                             f"the remedy would act on replica {d.location.replica}, a healthy one")
         if d.remediation and d.remediation[0] in right:
             return Criterion("remediation", POINTS["remediation"], POINTS["remediation"],
                              f"{d.remediation[0]!r} fixes it")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import socket
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +33,13 @@ class Windows:
 
 
 class RecordedRun:
-    def __init__(self, run_dir: Path, key_file: Path):
+    def __init__(self, run_dir: Path, key_file: Path, live: bool = False):
+        """live: the drill still runs (its Prometheus serves the data; the record ends now)."""
         self.record = RunRecord(Path(run_dir), Path(key_file))
+        self.live = live
         if not self.record.run_file.is_file():
             raise ValueError(f"{run_dir} is not a drill run (no run.json)")
-        if not (self.record.dir / "prometheus").is_dir():
+        if not live and not (self.record.dir / "prometheus").is_dir():
             raise ValueError(f"{run_dir} has no Prometheus data (prometheus/): the drill ended before it was kept")
         self.public = self.record.public()
         self.sealed = self.record.unseal()
@@ -57,7 +60,8 @@ class RecordedRun:
         injected = [f for f in self.sealed.get("faults", []) if f["event"] == "inject" and f.get("at_s") is not None]
         inject_s = injected[0]["at_s"] if injected else plan["inject_at_s"]
         settled_s = max([f.get("done_s") or f["at_s"] for f in injected], default=inject_s)
-        ended = self.public.get("ended")
+        ended = time.time() if self.live else self.public.get("stopped") or self.public.get("ended")
+        # (a finished run's record ends where the incident stopped: the clean-up after it is no incident)
         end_s = (ended - t0) if ended else plan["duration_s"]
         return Windows(t0, float(inject_s), float(settled_s), float(end_s))
 
