@@ -33,7 +33,7 @@ def pytest_configure(config):
 # killed, a new version rolled out) late, and the teardown check last.
 STACK_ORDER = ("test_openai_api", "test_api_errors", "test_metrics", "test_cli", "test_reconfigure",
                "test_recovery", "test_deploy", "test_teardown", "test_drill_interrupt",
-               "test_verify_subset")
+               "test_interview", "test_verify_subset")
 
 
 def pytest_collection_modifyitems(config, items):

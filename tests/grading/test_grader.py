@@ -1,0 +1,126 @@
+"""The grader on recorded runs of the catalogue (pruned fixtures) and the golden diagnoses beside each.
+
+Fixtures: tests/grading/fixtures/<run-id>/ (run.json, events.jsonl, sealed/answer.bin, prometheus/,
+golden/*.yaml) with <run-id>.key beside it; made from `sandbox verify` runs by
+`python -m sandbox.grading.prune RUN tests/grading/fixtures` and `python tests/grading/golden.py FIXTURE`.
+"""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from incidents.schema import load_catalogue
+from sandbox.grading.diagnosis import load_diagnosis
+from sandbox.grading.grader import Grader
+from sandbox.grading.recorded import RecordedPrometheus, RecordedRun
+from sandbox.grading.recording import pack, unpack
+from sandbox.prometheus import find_binary, PrometheusError
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).parent / "fixtures"
+RUNS = sorted(p for p in FIXTURES.glob("*") if p.is_dir())
+
+try:
+    find_binary("prometheus")
+except PrometheusError:
+    pytest.skip("needs Debian's prometheus (scripts/setup.sh installs it)", allow_module_level=True)
+
+
+def key_of(run: Path) -> Path:
+    return run.parent / f"{run.name}.key"
+
+
+def grade_golden(run: Path) -> dict[str, int]:
+    recorded = RecordedRun(run, key_of(run))
+    incident = load_catalogue(ROOT / "incidents")[recorded.incident_id]
+    scores = {}
+    with RecordedPrometheus(run / "prometheus") as prom:
+        grader = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(), prom)
+        for path in sorted((run / "golden").glob("*.yaml")):
+            scores[path.stem] = grader.grade(load_diagnosis(path)).score
+    return scores
+
+
+def test_every_variant_of_the_catalogue_has_a_recorded_fixture():
+    catalogue = load_catalogue(ROOT / "incidents")
+    have = {(RecordedRun(r, key_of(r)).incident_id, RecordedRun(r, key_of(r)).sealed["variant"]) for r in RUNS}
+    want = {(i.id, v) for i in catalogue.values() for v in i.variants}
+    assert want - have == set(), f"no fixture for {sorted(want - have)}"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
+def test_golden_diagnoses_are_ordered(run):
+    s = grade_golden(run)
+    assert s["good"] >= 90, s
+    assert s["good"] > s["no-evidence"] + 20, s  # a correct cause that shows nothing scores well below
+    wrong = [s["wrong-cause"], s["decoy"]] + ([s["wrong-replica"]] if "wrong-replica" in s else [])
+    assert s["no-evidence"] > max(wrong), s
+    assert s["decoy"] <= 40 and s["wrong-cause"] <= 40, s  # the look-alike scores low
+
+
+def _cli(*args, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SANDBOX_HOME": str(home), "SANDBOX_PROMETHEUS_PORT": "19490"}
+    return subprocess.run([sys.executable, "-m", "sandbox.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env=env)
+
+
+def test_grading_twice_gives_the_same_bytes(tmp_path):
+    run = RUNS[0]
+    args = ("grade", str(run), "--key", str(key_of(run)), "-d", str(run / "golden" / "good.yaml"), "--json",
+            "--no-debrief")
+    first, second = _cli(*args, home=tmp_path / "home"), _cli(*args, home=tmp_path / "home")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    assert json.loads(first.stdout)["score"] >= 90
+
+
+def test_a_diagnosis_of_another_run_is_refused_with_exit_2(tmp_path):
+    run = RUNS[0]
+    other = tmp_path / "d.yaml"
+    other.write_text((run / "golden" / "good.yaml").read_text().replace(run.name, "20200101-000000-elsewhere"))
+    result = _cli("grade", str(run), "--key", str(key_of(run)), "-d", str(other), home=tmp_path / "home")
+    assert result.returncode == 2 and "run:" in result.stderr
+
+
+def test_a_recording_does_not_reveal_its_answer_without_the_key(tmp_path):
+    run = RUNS[0]
+    answer = RecordedRun(run, key_of(run)).sealed
+    archive = tmp_path / "case.tar.gz"
+    key = pack(run, key_of(run), archive)
+    assert key == tmp_path / "case.key"
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        blob = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+    assert not any(n.endswith(".key") for n in names)
+    for secret in (answer["variant"], answer["answer"]["root_cause"]):
+        assert secret.encode() not in blob
+    unpacked = unpack(archive, tmp_path / "out")
+    (tmp_path / "wrong.key").write_bytes(b"A" * 43 + b"=")
+    with pytest.raises(ValueError, match="not the key"):
+        RecordedRun(unpacked, tmp_path / "wrong.key")
+    assert RecordedRun(unpacked, key).sealed == answer
+
+
+def test_a_replay_answers_its_first_query_within_5_seconds(tmp_path):
+    run = RUNS[0]
+    archive = tmp_path / "case.tar.gz"
+    pack(run, key_of(run), archive)
+    result = _cli("replay", str(archive), "--once", "--json", home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["ready_s"] <= 5.0
+
+
+def test_grading_a_recording_writes_the_debrief_beside_it(tmp_path):
+    run = RUNS[0]
+    archive = tmp_path / "case.tar.gz"
+    pack(run, key_of(run), archive)
+    result = _cli("grade", str(archive), "-d", str(run / "golden" / "good.yaml"), "--json", home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    debrief = Path(json.loads(result.stdout)["debrief"])
+    assert debrief.is_file() and debrief.with_suffix(".html").is_file()
+    assert list(debrief.parent.glob("*.png"))
+    assert "## Score" in debrief.read_text()
