@@ -144,6 +144,9 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
     TrafficProfile("default", "mixed tasks, half with the shared system prompt, mostly short prompts",
                    _EVEN, 0.5, (LengthBand(0.7, 0, 0), LengthBand(0.25, 32, 160), LengthBand(0.05, 200, 400)),
                    (16, 48)),
+    TrafficProfile("long-tail", "mixed tasks, half with the shared system prompt; one request in five brings "
+                   "a long context", _EVEN, 0.5,
+                   (LengthBand(0.5, 0, 0), LengthBand(0.3, 32, 160), LengthBand(0.2, 200, 400)), (16, 48)),
     TrafficProfile("shared-prefix", "nearly every request starts with the system prompt",
                    _EVEN, 0.95, (LengthBand(1.0, 0, 0),), (16, 48)),
     TrafficProfile("long-prompts", "long unrelated context before each task; little prefix sharing",
