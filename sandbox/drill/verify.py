@@ -141,7 +141,9 @@ def check_run(drill, prom, catalogue: dict) -> dict:
         checks["page"] = {"pass": delay is not None and delay <= PAGE_WITHIN_S and not early,
                           "alert": incident.page.alert, "seconds_to_page": delay, "baseline_alerts": early}
 
-    observed = {name: observe(prom, name, expr, t0, inject_s, end_s, settled_s=settled_s)
+    # A control drill's signals are the other incidents' symptoms: "flat" means within the same drift.
+    rel = OTHERS_REL_CHANGE["latency"] if family(incident) == "control" else REL_CHANGE
+    observed = {name: observe(prom, name, expr, t0, inject_s, end_s, settled_s=settled_s, rel_change=rel)
                 for name, expr in incident.signals.items()}
     variant = incident.variants[plan.variant]
     own = {s: (want, observed[s].direction) for s, want in variant.signature.items()}
