@@ -7,6 +7,7 @@ rules recorded (alerts, `sandbox:*` series) is in the data already.
 """
 from __future__ import annotations
 
+import math
 import shutil
 import socket
 import tempfile
@@ -60,9 +61,14 @@ class RecordedRun:
         injected = [f for f in self.sealed.get("faults", []) if f["event"] == "inject" and f.get("at_s") is not None]
         inject_s = injected[0]["at_s"] if injected else plan["inject_at_s"]
         settled_s = max([f.get("done_s") or f["at_s"] for f in injected], default=inject_s)
-        ended = time.time() if self.live else self.public.get("stopped") or self.public.get("ended")
-        # (a finished run's record ends where the incident stopped: the clean-up after it is no incident)
-        end_s = (ended - t0) if ended else plan["duration_s"]
+        # A finished run's incident ends where the drill stopped: the clean-up after it (faults
+        # reverted, a rollback deploy) is no incident. Records older than `stopped` end with the plan.
+        if self.live:
+            end_s = time.time() - t0
+        elif self.public.get("stopped"):
+            end_s = self.public["stopped"] - t0
+        else:
+            end_s = min(plan["duration_s"], (self.public.get("ended") or math.inf) - t0)
         return Windows(t0, float(inject_s), float(settled_s), float(end_s))
 
 

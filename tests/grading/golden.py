@@ -41,8 +41,9 @@ def golden(run_dir: Path, key: Path, incident) -> dict[str, dict]:
     with RecordedPrometheus(run_dir / "prometheus") as prom:
         grader = Grader(incident, variant, answer, run.windows(), prom)
         sibling, separating = grader.strongest_sibling()
+        w = run.windows()
         replicas = sorted({r["metric"].get("replica") for r in prom.query(
-            "count by (replica) (vllm:num_requests_running)", at=run.windows().t0 + run.windows().end_s)} - {None})
+            'count by (replica) ({replica!=""})', at=w.t0 + w.end_s)} - {None})
     loc = answer["location"]
     good = {
         "run": run.run_id, "root_cause": answer["root_cause"], "location": dict(loc),
