@@ -16,13 +16,9 @@ REPLAY_FILE = "replay.json"  # in the sandbox home while a replay serves: `sandb
 
 def active_replay(cfg) -> dict | None:
     """The replay now serving (its Prometheus URL and the recorded clock), or None."""
-    path = cfg.home / REPLAY_FILE
-    try:
-        info = json.loads(path.read_text())
-        os.kill(info["pid"], 0)
-    except (OSError, ValueError, KeyError):
-        return None
-    return info
+    from sandbox.drill.record import read_live_marker
+
+    return read_live_marker(cfg.home / REPLAY_FILE)
 
 
 def register(app: typer.Typer) -> None:
@@ -68,6 +64,7 @@ def register(app: typer.Typer) -> None:
         """Serve a recording through a real, read-only Prometheus (no Ray, no GPU): the page, and the
         clock at the incident. `sandbox query` answers from it until you stop it with Ctrl-C."""
         from sandbox.commands.drill import page_panel
+        from sandbox.drill.record import write_atomic
         from sandbox.grading.recorded import RecordedPrometheus, free_port
         from sandbox.grading.recording import unpack
         from sandbox.prometheus import PrometheusError
@@ -85,7 +82,7 @@ def register(app: typer.Typer) -> None:
             fail(str(e), code=2)
         public = json.loads((run_dir / "run.json").read_text())
         at = public.get("ended") or time.time()
-        port = port or (cfg.prometheus_port if _free(cfg.host, cfg.prometheus_port) else free_port(cfg.host))
+        port = port or free_port(cfg.host, preferred=cfg.prometheus_port)
         try:
             with RecordedPrometheus(run_dir / "prometheus", cfg.host, port) as prom:
                 prom.query("up", at=at)  # the first answer: the replay is ready
@@ -96,7 +93,7 @@ def register(app: typer.Typer) -> None:
                     out = {**info, "ready_s": ready_s}
                     print_json(out) if as_json else console.print(f"ready in {ready_s} s at {prom.url}")
                     return
-                (cfg.home / REPLAY_FILE).write_text(json.dumps(info))
+                write_atomic(cfg.home / REPLAY_FILE, json.dumps(info))
                 try:
                     _show(public, prom.url, at, ready_s, page_panel)
                     while True:
@@ -107,17 +104,6 @@ def register(app: typer.Typer) -> None:
                     (cfg.home / REPLAY_FILE).unlink(missing_ok=True)
         except PrometheusError as e:
             fail(str(e))
-
-
-def _free(host: str, port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def _show(public: dict, url: str, at: float, ready_s: float, page_panel) -> None:

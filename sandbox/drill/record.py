@@ -22,7 +22,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken
 
 
-def _write_atomic(path: Path, text: str | bytes) -> None:
+def write_atomic(path: Path, text: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     if isinstance(text, bytes):
@@ -30,6 +30,16 @@ def _write_atomic(path: Path, text: str | bytes) -> None:
     else:
         tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def read_live_marker(path: Path) -> dict | None:
+    """A JSON marker file written by a running process ({"pid": ..., ...}), or None when it is gone or dead."""
+    try:
+        info = json.loads(Path(path).read_text())
+        os.kill(info["pid"], 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info
 
 
 def new_run_id(incident_id: str) -> str:
@@ -52,7 +62,7 @@ class RunRecord:
             raise FileExistsError(f"run directory {run_dir} already exists")
         rec = cls(run_dir, Path(keys_dir) / f"{run_id}.key")
         rec.dir.mkdir(parents=True)
-        _write_atomic(rec.key_file, Fernet.generate_key())
+        write_atomic(rec.key_file, Fernet.generate_key())
         os.chmod(rec.key_file, 0o600)
         rec.write_public({"run_id": run_id, **public})
         return rec
@@ -69,7 +79,7 @@ class RunRecord:
         return json.loads(self.run_file.read_text())
 
     def write_public(self, data: dict) -> None:
-        _write_atomic(self.run_file, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        write_atomic(self.run_file, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     def update_public(self, **changes) -> dict:
         data = {**self.public(), **changes}
@@ -90,7 +100,7 @@ class RunRecord:
     # -- sealed ----------------------------------------------------------------
     def seal(self, data: dict) -> None:
         token = Fernet(self.key_file.read_bytes()).encrypt(json.dumps(data, sort_keys=True).encode())
-        _write_atomic(self.sealed_file, token)
+        write_atomic(self.sealed_file, token)
 
     def unseal(self) -> dict:
         if not self.key_file.is_file():

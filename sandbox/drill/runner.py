@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox.drill.plan import DrillPlan, make_plan
-from sandbox.drill.record import RunRecord, new_run_id
+from sandbox.drill.record import RunRecord, new_run_id, read_live_marker, write_atomic
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.progress import Steps
 from sandbox.prometheus import PrometheusClient, PrometheusError
@@ -127,8 +127,8 @@ class Drill:
             "api_url": self.state.api_url, "prometheus_url": self.state.prometheus_url, "page": None})
         self._seal()
         # Which drill is running, for `sandbox diagnose` and `sandbox ask` from another terminal.
-        _write_marker(self.cfg.home / DRILL_FILE, {"pid": os.getpid(), "run_dir": str(self.record.dir),
-                                                   "mode": self.mode, "started": time.time()})
+        write_atomic(self.cfg.home / DRILL_FILE, json.dumps({"pid": os.getpid(), "run_dir": str(self.record.dir),
+                                                            "mode": self.mode, "started": time.time()}))
         self.prom = PrometheusClient(self.state.prometheus_url)
         self._fault_context()
         if self.setup is not None:
@@ -325,21 +325,9 @@ class Drill:
 DRILL_FILE = "drill.json"  # in the sandbox home while a drill runs: its pid, run directory and mode
 
 
-def _write_marker(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 def running_drill(cfg: SandboxConfig) -> dict | None:
     """The drill now running on this machine ({pid, run_dir, mode, started}), or None."""
-    try:
-        info = json.loads((cfg.home / DRILL_FILE).read_text())
-        os.kill(info["pid"], 0)
-    except (OSError, ValueError, KeyError):
-        return None
-    return info
+    return read_live_marker(cfg.home / DRILL_FILE)
 
 
 def _resolved_answer(answer, fault_log: list[dict], state: StackState | None) -> dict:

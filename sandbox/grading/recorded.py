@@ -72,10 +72,16 @@ class RecordedRun:
         return Windows(t0, float(inject_s), float(settled_s), float(end_s))
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
+    """`preferred` when nothing listens there, else a port the OS picks."""
+    for port in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError(f"no free port on {host}")
 
 
 class RecordedPrometheus:
