@@ -46,3 +46,24 @@ if ! command -v "${PROMETHEUS_BIN:-prometheus}" >/dev/null 2>&1; then
         echo "!! or set PROMETHEUS_BIN to a Prometheus server binary. The serving stack and its tests need it." >&2
     fi
 fi
+
+# Docker for the containerized deployment's tests (Debian's docker.io: dockerd, containerd, runc;
+# docker-compose to validate compose.yaml). The tests start their own dockerd (host networking only)
+# and stop it; the package's service is kept stopped like Prometheus's.
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing Docker (Debian packages docker.io and docker-compose, services kept stopped)"
+        made_policy=0
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+            chmod +x /usr/sbin/policy-rc.d
+            made_policy=1
+        fi
+        export DEBIAN_FRONTEND=noninteractive
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends docker.io docker-compose >/dev/null; } \
+            || echo "!! could not install docker.io; the container tests will be skipped" >&2
+        if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+    else
+        echo "!! dockerd not found: the container tests will be skipped (as root: apt-get install docker.io docker-compose)" >&2
+    fi
+fi
