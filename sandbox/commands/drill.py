@@ -7,6 +7,7 @@ import typer
 from rich.panel import Panel
 
 from sandbox.commands.common import config, console, err_console, fail, print_json
+from sandbox.compose_backend import BACKEND_HELP, Backend
 
 INCIDENTS_HELP = "incident id (symptom-named), e.g. ttft-after-deploy; `sandbox drill --list` shows them"
 
@@ -65,6 +66,8 @@ def register(app: typer.Typer) -> None:
         keep_up: bool = typer.Option(False, "--keep-up", help="leave the stack running afterwards"),
         list_incidents: bool = typer.Option(False, "--list", help="list the incidents and exit"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object at the end"),
+        backend: Backend = typer.Option(Backend.local, "--backend", help=BACKEND_HELP + "; a running stack "
+                                        "of either kind is reused"),
     ):
         """Run an incident drill: traffic, a fault at a seeded time, and a page when the alert fires.
 
@@ -83,8 +86,13 @@ def register(app: typer.Typer) -> None:
             return
         seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
         inc, variant = _pick(catalogue, incident, pick_random, seed, None)
-        result = _run(inc, variant, seed, duration, keep_up, as_json, headless,
-                      open_ended=not headless and duration is None)
+        compose = _compose_up(as_json) if backend is Backend.compose else None
+        try:
+            result = _run(inc, variant, seed, duration, keep_up, as_json, headless,
+                          open_ended=not headless and duration is None)
+        finally:
+            if compose is not None and not keep_up:
+                compose.down()
         summary = _summary(result)
         if as_json:
             print_json(summary)
@@ -135,6 +143,20 @@ def register(app: typer.Typer) -> None:
             print_json(out)
         if not out["pass"]:
             raise typer.Exit(1)
+
+
+def _compose_up(as_json: bool):
+    """The compose stack for a drill: None if one was running (reused), else the backend that started it."""
+    from sandbox.compose_backend import ComposeBackend, ComposeUnavailable
+    from sandbox.progress import Steps
+
+    backend = ComposeBackend(config(), Steps(None if as_json else console))
+    try:
+        return backend if backend.up_unless_running() else None
+    except ComposeUnavailable as e:
+        fail(str(e), code=2)
+    except (RuntimeError, ValueError, OSError) as e:
+        fail(f"{e}\n(everything started was stopped again)")
 
 
 def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:

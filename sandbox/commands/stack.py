@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from sandbox.commands.common import config, console, fail, print_json, running_state
+from sandbox.compose_backend import BACKEND_HELP, Backend
 
 
 def _urls(state) -> dict:
@@ -17,16 +18,25 @@ def up(
     replicas: int = typer.Option(None, "--replicas", min=1, help="LLMServer replicas (default: the Serve config's)"),
     address: str = typer.Option(None, "--address", help="join this Ray cluster instead of starting a local head"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    backend: Backend = typer.Option(Backend.local, "--backend", help=BACKEND_HELP),
 ):
     """Start Ray, deploy the Serve app, start Prometheus; wait until every target is scraped."""
+    from sandbox.compose_backend import ComposeBackend, ComposeUnavailable
     from sandbox.progress import Steps
     from sandbox.stack import Stack, StackRunningError
 
     cfg = config()
+    if backend is Backend.compose and address is not None:
+        fail("--address joins a running Ray cluster: it goes with --backend local", code=2)
     t0 = time.perf_counter()
     steps = Steps(None if as_json else console)
     try:
-        state = Stack(cfg, steps).up(replicas, address)
+        if backend is Backend.compose:
+            state = ComposeBackend(cfg, steps).up(replicas)
+        else:
+            state = Stack(cfg, steps).up(replicas, address)
+    except ComposeUnavailable as e:
+        fail(str(e), code=2)
     except StackRunningError as e:
         fail(str(e))
     except (RuntimeError, ValueError, OSError) as e:
@@ -45,12 +55,25 @@ def up(
                   "sandbox query 'sum(rate(vllm:generation_tokens_total[30s]))'")
 
 
-def down(as_json: bool = typer.Option(False, "--json", help="print one JSON object")):
+def down(as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+         backend: Backend = typer.Option(Backend.local, "--backend", help=BACKEND_HELP)):
     """Stop everything the sandbox started (traffic generators, Ray, Prometheus)."""
+    from sandbox.compose_backend import ComposeBackend, ComposeUnavailable, owns
     from sandbox.progress import Steps
     from sandbox.stack import Stack
 
-    report = Stack(config(), Steps(None if as_json else console)).down()
+    cfg, steps = config(), Steps(None if as_json else console)
+    if backend is Backend.compose:
+        try:
+            report = ComposeBackend(cfg, steps).down()
+        except ComposeUnavailable as e:
+            fail(str(e), code=2)
+        except RuntimeError as e:
+            fail(str(e))
+    elif owns(cfg):
+        fail("the running sandbox is the Docker Compose stack: `sandbox down --backend compose` stops it", code=2)
+    else:
+        report = Stack(cfg, steps).down()
     if as_json:
         print_json(report)
     elif not report["stopped"]:
