@@ -2,7 +2,7 @@
 
   (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
-               every sibling variant at least one signal contradicts the sibling's signature;
+               every sibling variant with another answer at least one signal contradicts the sibling's signature;
   (c) quiet    once the injection has settled, no incident with another kind of symptom (latency,
                errors, accuracy, consistency) pages or moves its primary signal the way its symptom
                does (alerts while a 1m rate window still holds the injection's transition
@@ -18,6 +18,7 @@ absolute floor for signals near zero), else `flat`.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 
@@ -68,12 +69,22 @@ def _samples(prom, expr: str, start: float, end: float, step_s: float) -> list[f
     return [by_time[t] for t in sorted(by_time)]
 
 
+_RANGE = re.compile(r"\[(\d+)([smh])[\]:]")
+
+
+def settle_after(expr: str) -> float:
+    """Seconds after the injection completed before `expr` shows only the new regime: SETTLE_S, or
+    longer when the expression reads a longer range (a 1m window holds the transition for a minute)."""
+    ranges = [int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in _RANGE.findall(expr)]
+    return max([SETTLE_S, *ranges])
+
+
 def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float, step_s: float = 2.0,
             settled_s: float | None = None, rel_change: float = REL_CHANGE) -> Observed:
-    """Baseline: warm-up to the injection. Incident: SETTLE_S after the injection completed (settled_s)."""
+    """Baseline: warm-up to the injection. Incident: from settle_after(expr) after the injection completed (settled_s)."""
     settled_s = inject_s if settled_s is None else settled_s
     base = _samples(prom, expr, t0 + WARMUP_S, t0 + inject_s - step_s, step_s)  # the injection is not baseline
-    inc = _samples(prom, expr, t0 + settled_s + SETTLE_S, t0 + end_s, step_s)
+    inc = _samples(prom, expr, t0 + settled_s + settle_after(expr), t0 + end_s, step_s)
     if not base or not inc:
         return Observed(name, statistics.fmean(base) if base else None, statistics.fmean(inc) if inc else None,
                         0.0, "no data")
@@ -86,6 +97,7 @@ def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float
 
 FAMILIES = {"TimeToFirstTokenHigh": "latency", "ClientTimeToFirstTokenHigh": "latency",
             "InterTokenLatencyHigh": "latency", "ReplicaInterTokenLatencyHigh": "latency",
+            "ReplicaTimeToFirstTokenHigh": "latency",
             "ServingErrorRateHigh": "errors", "ReplicaRestarted": "errors",
             "CanaryAccuracyLow": "accuracy", "CanaryOutputsInconsistent": "consistency"}
 
@@ -116,6 +128,10 @@ def baseline_alerts(prom, start: float, end: float) -> list[str]:
         return []
     rows = prom.query_range('ALERTS{alertstate="firing"}', start, end, 1.0)
     return sorted({row["metric"].get("alertname", "?") for row in rows})
+
+
+def _same_answer(a, b) -> bool:
+    return (a.answer.root_cause, a.answer.location) == (b.answer.root_cause, b.answer.location)
 
 
 def check_run(drill, prom, catalogue: dict) -> dict:
@@ -150,8 +166,8 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     own_ok = all(want == got for want, got in own.values())
     siblings = {}
     for name, sib in incident.variants.items():
-        if name == plan.variant:
-            continue
+        if name == plan.variant or _same_answer(sib, variant):
+            continue  # the same diagnosis is right for both (e.g. one cause in a process and in a container)
         contradicting = [s for s, want in sib.signature.items()
                          if observed[s].direction not in ("no data", want)]
         siblings[name] = {"separated": bool(contradicting), "by": contradicting}

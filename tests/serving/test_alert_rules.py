@@ -42,7 +42,7 @@ def test_promtool_check_rules_passes():
 def test_the_alerts_are_the_ones_incidents_page_with():
     assert RULES == [REPO_ROOT / "dashboards" / "rules" / "serving.rules.yml"]
     assert ALERTS == ["TimeToFirstTokenHigh", "ClientTimeToFirstTokenHigh", "InterTokenLatencyHigh",
-                      "ReplicaInterTokenLatencyHigh", "ServingErrorRateHigh", "ReplicaRestarted",
+                      "ReplicaInterTokenLatencyHigh", "ReplicaTimeToFirstTokenHigh", "ServingErrorRateHigh", "ReplicaRestarted",
                       "CanaryAccuracyLow", "CanaryOutputsInconsistent"]
     paged = {yaml.safe_load(p.read_text())["page"]["alert"] for p in (REPO_ROOT / "incidents").glob("*.yaml")}
     assert paged - {None} <= set(ALERTS)
@@ -102,7 +102,7 @@ def test_the_generated_config_loads_the_rules_and_evaluates_every_second(tmp_pat
     result = subprocess.run([promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
                             text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 20 rules found" in result.stdout
+    assert "SUCCESS: 24 rules found" in result.stdout
 
 
 # -- promtool test rules -----------------------------------------------------------------------------
@@ -161,6 +161,11 @@ SCENARIOS = [
      {"1m": {"InterTokenLatencyHigh": [PAGE], "ReplicaInterTokenLatencyHigh": [{**PAGE, "replica": "b"}]}}),
     ("one replica a bit behind the other is no page", _with(_histogram(ITL, 'replica="b"', 40, 0.4)),
      {"2m": {}}),
+    ("time to first token up on one replica",
+     _with(_histogram(TTFT, 'replica="a"', 3, 0.3) + _histogram(TTFT, 'replica="b"', 3, 4.0)),
+     {"15s": {}, "1m": {"TimeToFirstTokenHigh": [PAGE], "ReplicaTimeToFirstTokenHigh": [{**PAGE, "replica": "b"}]}}),
+    ("one replica answering a little later than the other is no page",
+     _with(_histogram(TTFT, 'replica="a"', 3, 0.3) + _histogram(TTFT, 'replica="b"', 3, 0.9)), {"2m": {}}),
     ("client errors", _with([{"series": REQ % "503", "values": _counter(0.3)}]),
      {"1m": {"ServingErrorRateHigh": [PAGE]}}),
     ("clients giving up is no error", _with([{"series": REQ % "499", "values": _counter(0.3)}]), {"1m": {}}),
