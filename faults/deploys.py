@@ -80,7 +80,9 @@ class Deploy(Fault):
         self._previous_version = current.version
         ctx.log(f"deploy: {', '.join(self.assignments())}")
         try:
-            report = deploy_changes(ctx.cfg, ctx.state, self.assignments(), self.version, ctx.timeout_s)
+            # A new version that rolls out and then fails under load is the incident, not a failed injection.
+            report = deploy_changes(ctx.cfg, ctx.state, self.assignments(), self.version, ctx.timeout_s,
+                                    tolerate_failing=True)
         except ValueError as e:  # refused by the running stack's config before anything was deployed
             self._previous = None
             raise InvalidFault("set", str(e)) from None

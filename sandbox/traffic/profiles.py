@@ -153,10 +153,10 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
                    _EVEN, 0.1, (LengthBand(1.0, 250, 450),), (16, 48)),
     TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
                    _EVEN, 0.95, (LengthBand(1.0, 120, 260),), (16, 48)),
-    TrafficProfile("documents", "a batch job: questions about one of four long documents (after the system "
+    TrafficProfile("documents", "a batch job: questions about one of 32 long documents (after the system "
                    "prompt); the client reads the first 3 text chunks and closes the stream",
                    {"copy": 1.0, "reverse": 1.0, "sort": 1.0, "add": 1.0}, 1.0, (LengthBand(1.0, 420, 420),),
-                   (24, 48), chat_share=0.0, close_after_chunks=3, documents=4),
+                   (24, 48), chat_share=0.0, close_after_chunks=3, documents=32),
     TrafficProfile("short", "short prompts and outputs: quick checks and tests",
                    _EVEN, 0.5, (LengthBand(1.0, 0, 0),), (4, 12)),
 )}
