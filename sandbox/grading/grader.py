@@ -150,10 +150,13 @@ class Grader:
     def strongest_sibling(self) -> tuple[str | None, list[str]]:
         """The sibling variant this run looks most like, and the signals that contradict it here."""
         best = None
+        own_cause = self.incident.variants[self.variant].answer.root_cause
         for name in sorted(self.incident.variants):
-            if name == self.variant:
-                continue
             sib = self.incident.variants[name]
+            # the same cause through another mechanism (a CPU quota on a process or on its container)
+            # is the same diagnosis, not an alternative to rule out
+            if name == self.variant or sib.answer.root_cause == own_cause:
+                continue
             by = [s for s, want in sorted(sib.signature.items())
                   if self.observe(self.incident.signals[s]).direction not in ("no data", want)]
             if best is None or len(by) < len(best[1]):
