@@ -27,7 +27,7 @@ import httpx
 from sandbox.compose_cluster import COMPOSE_FILE, serve_config, stack_state
 from sandbox.progress import Steps
 from sandbox.settings import SandboxConfig
-from sandbox.state import NoStackError, StackState
+from sandbox.state import NoStackError, StackState, pid_alive
 
 PROJECT = "sandbox"  # container names: sandbox-ray-head-1 (v2) / sandbox_ray-head_1 (v1)
 MARKER = "compose.json"  # in the compose directory while the compose stack is up: how to bring it down
@@ -129,7 +129,8 @@ class ComposeBackend:
             result = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, env=self.compose_env(),
                                     stdin=subprocess.DEVNULL, check=False)
         if result.returncode != 0:
-            raise RuntimeError(f"`{' '.join(args[-2:])}` failed (exit {result.returncode}); see {log_file}")
+            what = " ".join(args[args.index(PROJECT) + 1:])
+            raise RuntimeError(f"`compose {what}` failed (exit {result.returncode}); see {log_file}")
 
     # -- up / down ------------------------------------------------------------------
     def up(self, replicas: int | None = None) -> StackState:
@@ -147,14 +148,21 @@ class ComposeBackend:
                 self._run(self.command("up", "-d", binary=binary), "compose.log")
             state = stack_state(self.cfg, deploy, self.dir, config_path)
             state.prometheus_pid = self._container_pid("prometheus")
+            if not pid_alive(state.prometheus_pid):
+                raise RuntimeError("the Prometheus container's process is not in this machine's process table "
+                                   f"(pid {state.prometheus_pid}): --backend compose needs the Linux engine of "
+                                   "this host (not a VM's, as Docker Desktop runs)")
             state.save(self.cfg.state_file)
             with self.steps.step(f"waiting for the API and {deploy.replicas} replica(s) in Prometheus"):
                 self._wait_api(state.api_url)
                 from sandbox.stack import wait_scraped
 
                 wait_scraped(state, deploy.replicas, deploy.version, self.cfg.up_timeout_s)
-        except BaseException:
-            self.down()
+        except BaseException as e:
+            try:
+                self.down()
+            except Exception as cleanup:  # noqa: BLE001 - say both: what failed, and what is left running
+                raise RuntimeError(f"{e}; and `compose down` failed too: {cleanup}") from e
             raise
         return state
 
@@ -162,7 +170,6 @@ class ComposeBackend:
         """For a drill: reuse the compose stack if it is up (False), else bring it up (True: ours to stop)."""
         if owns(self.cfg):
             from sandbox.prometheus import PrometheusClient
-            from sandbox.state import pid_alive
 
             state = StackState.load(self.cfg.state_file)
             client = PrometheusClient(state.prometheus_url, timeout_s=5)
@@ -194,8 +201,6 @@ class ComposeBackend:
             old = StackState.load(self.cfg.state_file)
         except NoStackError:
             return
-        from sandbox.state import pid_alive
-
         if pid_alive(old.prometheus_pid):
             raise RuntimeError(f"a sandbox is already up (run {old.run_id}); `sandbox down` first")
 

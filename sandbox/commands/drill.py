@@ -36,9 +36,25 @@ def _pick(catalogue: dict, incident: str | None, pick_random: bool, seed: int, v
 
         chosen = choose_variant(inc, seed)
         variant = next(name for name, v in inc.variants.items() if v is chosen)
+        variant = _runnable_variant(inc, variant, seed)
     elif variant not in inc.variants:
         fail(f"unknown variant {variant!r} of {incident}; choose from {', '.join(inc.variants)}", code=2)
     return inc, variant
+
+
+def _runnable_variant(inc, variant: str, seed: int) -> str:
+    """The seeded variant, or, when it needs a container node and no Docker engine answers, a seeded
+    choice among the others (with a note)."""
+    from sandbox.container_node import unrunnable
+
+    problem = unrunnable(inc.variants[variant])
+    if problem is None:
+        return variant
+    others = [name for name, v in inc.variants.items() if unrunnable(v) is None]
+    if not others:
+        fail(f"every variant of {inc.id} needs a container node: {problem}", code=2)
+    err_console.print(f"note: skipping a variant that needs a container node ({problem})")
+    return random.Random(f"variant/{seed}").choice(others)
 
 
 def page_panel(page: dict, state) -> Panel:
@@ -66,7 +82,7 @@ def register(app: typer.Typer) -> None:
         keep_up: bool = typer.Option(False, "--keep-up", help="leave the stack running afterwards"),
         list_incidents: bool = typer.Option(False, "--list", help="list the incidents and exit"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object at the end"),
-        backend: Backend = typer.Option(Backend.local, "--backend", help=BACKEND_HELP + "; a running stack "
+        backend: Backend = typer.Option("local", "--backend", help=BACKEND_HELP + "; a running stack "  # noqa: B008
                                         "of either kind is reused"),
     ):
         """Run an incident drill: traffic, a fault at a seeded time, and a page when the alert fires.
@@ -86,7 +102,10 @@ def register(app: typer.Typer) -> None:
             return
         seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
         inc, variant = _pick(catalogue, incident, pick_random, seed, None)
-        compose = _compose_up(as_json) if backend is Backend.compose else None
+        compose = None
+        if backend is Backend.compose:
+            _check_plan(inc, variant, seed, duration)  # before any container starts
+            compose = _compose_up(as_json)
         try:
             result = _run(inc, variant, seed, duration, keep_up, as_json, headless,
                           open_ended=not headless and duration is None)
@@ -124,6 +143,7 @@ def register(app: typer.Typer) -> None:
                 if name not in catalogue:
                     fail(f"unknown incident {name!r}; choose from {', '.join(sorted(catalogue))}", code=2)
             cases = [(catalogue[n], v) for n in names for v in catalogue[n].variants]
+            cases = _runnable_cases(cases)
         else:
             if incident is None:
                 fail("name an incident (or pass --all)", code=2)
@@ -145,6 +165,16 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
+def _check_plan(inc, variant, seed, duration) -> None:
+    from sandbox.drill.plan import make_plan
+    from sandbox.drill.runner import build_faults
+
+    try:
+        build_faults(make_plan(inc, variant, seed, duration))
+    except ValueError as e:
+        fail(f"{inc.id}: {e}", code=2)
+
+
 def _compose_up(as_json: bool):
     """The compose stack for a drill: None if one was running (reused), else the backend that started it."""
     from sandbox.compose_backend import ComposeBackend, ComposeUnavailable
@@ -157,6 +187,18 @@ def _compose_up(as_json: bool):
         fail(str(e), code=2)
     except (RuntimeError, ValueError, OSError) as e:
         fail(f"{e}\n(everything started was stopped again)")
+
+
+def _runnable_cases(cases: list) -> list:
+    """`--all` without a Docker engine: variants that need a container node are skipped, with a note."""
+    from sandbox.container_node import unrunnable
+
+    kept = [(inc, v) for inc, v in cases if unrunnable(inc.variants[v]) is None]
+    for inc, v in cases:
+        if (inc, v) not in kept:
+            err_console.print(f"note: skipping {inc.id} / {v}: it needs a container node "
+                              f"({unrunnable(inc.variants[v])})")
+    return kept
 
 
 def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:

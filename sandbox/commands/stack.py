@@ -18,7 +18,7 @@ def up(
     replicas: int = typer.Option(None, "--replicas", min=1, help="LLMServer replicas (default: the Serve config's)"),
     address: str = typer.Option(None, "--address", help="join this Ray cluster instead of starting a local head"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    backend: Backend = typer.Option(Backend.local, "--backend", help=BACKEND_HELP),
+    backend: Backend = typer.Option("local", "--backend", help=BACKEND_HELP),  # noqa: B008
 ):
     """Start Ray, deploy the Serve app, start Prometheus; wait until every target is scraped."""
     from sandbox.compose_backend import ComposeBackend, ComposeUnavailable
@@ -56,7 +56,7 @@ def up(
 
 
 def down(as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-         backend: Backend = typer.Option(Backend.local, "--backend", help=BACKEND_HELP)):
+         backend: Backend = typer.Option("local", "--backend", help=BACKEND_HELP)):  # noqa: B008
     """Stop everything the sandbox started (traffic generators, Ray, Prometheus)."""
     from sandbox.compose_backend import ComposeBackend, ComposeUnavailable, owns
     from sandbox.progress import Steps

@@ -177,3 +177,13 @@ def test_the_real_engine_answers_and_down_of_an_empty_project_removes_nothing_el
     report = backend.down()  # the project has no containers: compose says so, the state goes
     assert report["stopped"] == [f"compose project {PROJECT}"]
     assert not cfg.state_file.exists() and not (cfg.home / "compose" / MARKER).exists()
+
+
+def test_a_drill_that_cannot_run_is_refused_before_the_compose_stack_starts(tmp_path):
+    # The engine would be asked only after the plan is checked: this drill stops at the plan.
+    out = _sandbox(tmp_path, "drill", "ttft-after-deploy", "--seed", "1", "--headless", "--duration", "30",
+                   "--backend", "compose")
+    assert out.returncode == 2
+    err = " ".join(out.stderr.split())
+    assert "must be longer than the injection time" in err and "Docker" not in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "home").exists()

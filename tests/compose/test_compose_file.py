@@ -24,6 +24,7 @@ from sandbox.compose_cluster import (
     serve_config,
 )
 from sandbox.deploy_config import INGRESS, SERVER
+from sandbox.settings import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose.yaml"
@@ -126,7 +127,8 @@ def test_grafana_is_provisioned_from_the_repos_dashboards_with_anonymous_viewers
     ours = yaml.safe_load((Path(mounts["/etc/grafana/provisioning/datasources"]) / "prometheus.yaml").read_text())
     repo = yaml.safe_load((REPO / "dashboards/provisioning/datasources/prometheus.yaml").read_text())
     keep = ("name", "uid", "type", "access", "isDefault", "jsonData")
-    assert [{k: d[k] for k in keep} for d in ours["datasources"]] == [{k: d[k] for k in keep} for d in repo["datasources"]]
+    same = [{k: d[k] for k in keep} for d in repo["datasources"]]
+    assert [{k: d[k] for k in keep} for d in ours["datasources"]] == same
     assert ours["datasources"][0]["url"] == f"http://127.0.0.1:{PORTS['prometheus']['http']}"
     assert _services()["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
 
@@ -186,7 +188,10 @@ def test_the_compose_serve_config_pins_the_ingress_to_the_head_and_replicas_to_w
     assert deploy.data["proxy_location"] == "HeadOnly"
     assert deploy.data["http_options"] == {"host": "127.0.0.1", "port": PORTS["ray-head"]["api"]}
     assert deploy.deployment(INGRESS)["ray_actor_options"]["resources"] == {HEAD_RESOURCE: 0.001}
-    # The head offers no CPU: every replica (one CPU each) lands on a worker, which has room for a surge.
+    # The head offers no CPU: every replica (one CPU each) lands on a worker, which has the local head's room
+    # for a rolling update (every new replica starts before the old ones stop).
     assert deploy.deployment(SERVER)["ray_actor_options"]["num_cpus"] == 1
+    assert deploy.deployment(SERVER)["max_surge_percent"] == 100
     worker_cpus = next(a for a in _services()["ray-worker"]["command"] if a.startswith("--num-cpus="))
-    assert worker_cpus == f"--num-cpus=${{SANDBOX_WORKER_CPUS:-{deploy.replicas + 1}}}"
+    assert worker_cpus == f"--num-cpus=${{SANDBOX_WORKER_CPUS:-{2 * deploy.replicas}}}"
+    assert SandboxConfig().ray_num_cpus == 2 * deploy.replicas
