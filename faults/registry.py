@@ -9,12 +9,24 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from faults.base import Fault, InvalidFault
+from faults.container_cpu import ContainerCpuQuota
+from faults.container_kill import ContainerKill
+from faults.container_memory import ContainerMemoryLimit
+from faults.container_pause import ContainerPause
 from faults.cpu_throttle import CpuThrottle
 from faults.deploys import Deploy, Knobs
 from faults.pause import Pause
 from faults.replica_override import ReplicaOverride
 
-FAULT_TYPES: dict[str, type[Fault]] = {cls.type: cls for cls in (Deploy, Knobs, ReplicaOverride, CpuThrottle, Pause)}
+FAULT_TYPES: dict[str, type[Fault]] = {cls.type: cls for cls in (
+    Deploy, Knobs, ReplicaOverride, CpuThrottle, Pause,
+    # the container-level ones act on the container node that holds a replica (sandbox/container_node.py)
+    ContainerCpuQuota, ContainerPause, ContainerMemoryLimit, ContainerKill)}
+
+
+def needs_container(spec: dict) -> bool:
+    """The fault acts on a container node (the stack must run one)."""
+    return str(spec.get("type", "")).startswith("container-")
 
 
 def fields_of(fault_type: str) -> dict[str, bool]:

@@ -12,6 +12,7 @@ from incidents.reader import IDENTIFIER, KEBAB, Reader, spec_field
 from incidents.script import (
     DIRECTIONS,
     INJECTED,
+    NODES,
     AnswerKey,
     Event,
     FaultValidator,
@@ -189,11 +190,16 @@ def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator
         path: Path_ = ("variants", key)
         if not KEBAB.fullmatch(key):
             r.error(path, f"variant key {key!r} is not kebab-case (a-z, 0-9, single dashes)")
-        v = r.mapping(value, path, required=("signature", "answer"), optional=("weight", "faults", "traffic"))
+        v = r.mapping(value, path, required=("signature", "answer"),
+                      optional=("weight", "faults", "traffic", "node"))
         weight = r.number(v, path, "weight", positive=True, default=1.0)
+        node = r.choice(v["node"], path + ("node",), NODES, "node") if v is not None and "node" in v else None
         faults = r.sequence(v, path, "faults") or []
         for i, spec in enumerate(faults):
             _fault(r, spec, path + ("faults", i), fault_validator)
+            if isinstance(spec, dict) and str(spec.get("type", "")).startswith("container-") and node is None:
+                r.error(path + ("faults", i, "type"), "a container fault needs a container node: "
+                                                      "add `node: container` to the variant")
         traffic = None
         if v is not None and "traffic" in v:
             t = r.mapping(v["traffic"], path + ("traffic",), optional=("profile", "rate_factor"))
@@ -203,7 +209,7 @@ def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator
                                     r.number(t, path + ("traffic",), "rate_factor", positive=True, default=1.0))
         signature = _signature(r, v, path, signals)
         answer = _answer(r, v, path, signals, signature, faults)
-        variants[key] = Variant(key, weight, tuple(faults), traffic, signature, answer)
+        variants[key] = Variant(key, weight, tuple(faults), traffic, signature, answer, node)
     return variants
 
 

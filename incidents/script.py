@@ -10,6 +10,7 @@ from typing import Any
 
 DIRECTIONS = ("up", "down", "flat")
 INJECTED = "injected"  # location.replica / location.version: resolved when the fault is injected
+NODES = ("container",)  # variant.node: where one replica runs, when not on the local head
 
 FaultValidator = Callable[[dict[str, Any]], None]
 
@@ -85,6 +86,7 @@ class Variant:
     traffic: TrafficChange | None
     signature: dict[str, str]  # signal name -> up | down | flat, versus baseline
     answer: AnswerKey
+    node: str | None = None  # "container": one replica runs on a Ray worker node in a Docker container
 
 
 @dataclass(frozen=True)

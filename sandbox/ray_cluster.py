@@ -39,7 +39,8 @@ def head_running() -> bool:
         return False
 
 
-def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> tuple[str, list[int]]:
+def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1,
+               resources: dict | None = None) -> tuple[str, list[int]]:
     """`ray start --head` on loopback with the sandbox's ports; the GCS address and the head's pids.
 
     `--num-cpus` is Ray's logical count (what replicas reserve), not the machine's cores.
@@ -54,6 +55,8 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1) -> tuple[s
            # No autoscaler monitor: a fixed local cluster, and one Python process fewer at start.
            "--no-monitor",
            "--disable-usage-stats", f"--system-config={json.dumps(system_config)}"]
+    if resources:  # custom Ray resources of the head (the replica slots of a stack with container nodes)
+        cmd.append(f"--resources={json.dumps(resources)}")
     # Replicas import `services` from this checkout even where the project is not pip-installed.
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", PYTHONPATH=pythonpath)

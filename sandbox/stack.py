@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from sandbox import alerts, prometheus, ray_cluster
-from sandbox.deploy_config import SERVER, DeployConfig
+from sandbox.deploy_config import INGRESS, SERVER, DeployConfig
 from sandbox.progress import Steps
 from sandbox.prometheus_config import render, write_ray_sd_file
 from sandbox.serve_control import ServeControl, running_replicas
@@ -29,7 +29,10 @@ class Stack:
         self.steps = steps or Steps()
 
     # -- up -----------------------------------------------------------------
-    def up(self, replicas: int | None = None, address: str | None = None) -> StackState:
+    def up(self, replicas: int | None = None, address: str | None = None, container_nodes: int = 0) -> StackState:
+        """`container_nodes`: that many replicas run on Ray worker nodes in Docker containers, one each."""
+        if container_nodes and address is not None:
+            raise ValueError("container nodes join a head the sandbox starts, not a cluster joined with --address")
         self._refuse_if_running(address)
         run_id = time.strftime("%Y%m%d-%H%M%S")
         run_dir = self.cfg.home / run_id
@@ -38,7 +41,7 @@ class Stack:
         state.targets_dir.mkdir(exist_ok=True)
         state.save(self.cfg.state_file)
         try:
-            self._up(state, replicas, address)
+            self._up(state, replicas, address, container_nodes)
         except BaseException:
             self.down()
             raise
@@ -55,10 +58,17 @@ class Stack:
             raise StackRunningError("a local Ray cluster is already running and the sandbox did not start it: "
                                     "stop it (`ray stop`) or join it with `sandbox up --address ADDR`")
 
-    def _up(self, state: StackState, replicas: int | None, address: str | None) -> None:
+    def _up(self, state: StackState, replicas: int | None, address: str | None, container_nodes: int = 0) -> None:
         cfg, run_dir = self.cfg, Path(state.run_dir)
         logs = run_dir / "logs"
         deploy = DeployConfig.load(cfg.serve_config).for_run(cfg.host, cfg.api_port, replicas)
+        head_resources = None
+        if container_nodes:
+            if not 0 < container_nodes < deploy.replicas:
+                raise ValueError(f"container_nodes: 1 to {deploy.replicas - 1} of {deploy.replicas} replicas "
+                                 f"can run in containers, got {container_nodes}")
+            head_resources = {SLOT: deploy.replicas - container_nodes}
+            _pin_to_slots(deploy)
         if address is None:
             deploy.check_engine()
             with self.steps.step("starting Ray (local head)"):
@@ -66,10 +76,14 @@ class Stack:
                 state.save(cfg.state_file)
                 # Room for every replica plus one more during a rolling update.
                 state.ray_address, state.ray_pids = ray_cluster.start_head(cfg, logs / "ray.log",
-                                                                           min_cpus=deploy.replicas + 1)
+                                                                           min_cpus=deploy.replicas + 1,
+                                                                           resources=head_resources)
                 state.ray_session_dir = str(ray_cluster.session_dir())
                 state.dashboard_url = cfg.url(cfg.dashboard_port)
                 state.save(cfg.state_file)
+            if container_nodes:
+                with self.steps.step(f"starting {container_nodes} Ray worker node(s) in Docker containers"):
+                    self._start_container_nodes(state, container_nodes)
         else:
             with self.steps.step(f"joining the Ray cluster at {address}"):
                 info = ray_cluster.describe_cluster(address)
@@ -97,6 +111,24 @@ class Stack:
             ctl.close()
         with self.steps.step("waiting until Prometheus has scraped every target and replica"):
             wait_scraped(state, deploy.replicas, deploy.version, cfg.up_timeout_s)
+
+    def _start_container_nodes(self, state: StackState, count: int) -> None:
+        from sandbox.container_node import ContainerNode, NodeSpec, docker_engine
+
+        client = docker_engine()
+        ctl = ServeControl(state.dashboard_url)  # the nodes are found through the dashboard's state API
+        try:
+            ctl.wait_dashboard(self.cfg.up_timeout_s)
+        finally:
+            ctl.close()
+        nodes = []
+        for i in range(1, count + 1):
+            name = f"sandbox-node-{i}"
+            state.container_nodes.append(name)  # recorded first: `down` removes it whatever happens next
+            state.save(self.cfg.state_file)
+            nodes.append(ContainerNode.start(client, NodeSpec(name, state.ray_address, {SLOT: 1})))
+        for node in nodes:
+            node.wait_joined(state.dashboard_url, self.cfg.up_timeout_s)
 
     def _start_prometheus(self, state: StackState, address: str | None) -> None:
         cfg, run_dir = self.cfg, Path(state.run_dir)
@@ -175,6 +207,12 @@ class Stack:
                 ctl.close()
             return ["serve application"]
 
+        def containers():
+            from sandbox.container_node import docker_engine, remove_container
+
+            client = docker_engine()
+            return [f"container node {name}" for name in state.container_nodes if remove_container(client, name)]
+
         def prom():
             if not stop_pid(state.prometheus_pid):
                 raise RuntimeError(f"Prometheus (pid {state.prometheus_pid}) did not stop")
@@ -184,12 +222,26 @@ class Stack:
             return [f"prometheus (pid {state.prometheus_pid})"]
 
         yield "stopping traffic generators and canary probers", traffic
+        if state.container_nodes:  # before Ray: a node whose head is gone only waits for it
+            yield "removing the container nodes", containers
         if state.ray_started:
             yield "stopping Ray (ray stop)", ray
         elif state.dashboard_url:
             yield "deleting the Serve application from the joined cluster", serve_app
         if state.prometheus_pid:
             yield "stopping Prometheus", prom
+
+
+SLOT = "replica_slot"  # one per LLMServer replica, on the nodes that may hold one
+
+
+def _pin_to_slots(deploy: DeployConfig) -> None:
+    """Each replica takes a slot, so a container node (one slot) holds exactly one replica; the ingress
+    stays on the head, so what happens to a container node happens to its replica alone."""
+    server = deploy.deployment(SERVER).setdefault("ray_actor_options", {})
+    server["resources"] = {**server.get("resources", {}), SLOT: 1}
+    ingress = deploy.deployment(INGRESS).setdefault("ray_actor_options", {})
+    ingress["resources"] = {**ingress.get("resources", {}), "node:__internal_head__": 0.001}
 
 
 def _target_pid(path: Path) -> int | None:

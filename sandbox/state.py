@@ -34,6 +34,7 @@ class StackState:
     deployed_config: str | None = None  # path of the Serve config as last deployed
     version: str | None = None
     replicas: int | None = None
+    container_nodes: list[str] = field(default_factory=list)  # Ray worker nodes in containers (by name)
     created: float = field(default_factory=time.time)
 
     @property

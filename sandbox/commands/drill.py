@@ -36,9 +36,25 @@ def _pick(catalogue: dict, incident: str | None, pick_random: bool, seed: int, v
 
         chosen = choose_variant(inc, seed)
         variant = next(name for name, v in inc.variants.items() if v is chosen)
+        variant = _runnable_variant(inc, variant, seed)
     elif variant not in inc.variants:
         fail(f"unknown variant {variant!r} of {incident}; choose from {', '.join(inc.variants)}", code=2)
     return inc, variant
+
+
+def _runnable_variant(inc, variant: str, seed: int) -> str:
+    """The seeded variant, or, when it needs a container node and no Docker engine answers, a seeded
+    choice among the others (with a note)."""
+    from sandbox.container_node import unrunnable
+
+    problem = unrunnable(inc.variants[variant])
+    if problem is None:
+        return variant
+    others = [name for name, v in inc.variants.items() if unrunnable(v) is None]
+    if not others:
+        fail(f"every variant of {inc.id} needs a container node: {problem}", code=2)
+    err_console.print(f"note: skipping a variant that needs a container node ({problem})")
+    return random.Random(f"variant/{seed}").choice(others)
 
 
 def page_panel(page: dict, state) -> Panel:
@@ -127,6 +143,7 @@ def register(app: typer.Typer) -> None:
                 if name not in catalogue:
                     fail(f"unknown incident {name!r}; choose from {', '.join(sorted(catalogue))}", code=2)
             cases = [(catalogue[n], v) for n in names for v in catalogue[n].variants]
+            cases = _runnable_cases(cases)
         else:
             if incident is None:
                 fail("name an incident (or pass --all)", code=2)
@@ -170,6 +187,18 @@ def _compose_up(as_json: bool):
         fail(str(e), code=2)
     except (RuntimeError, ValueError, OSError) as e:
         fail(f"{e}\n(everything started was stopped again)")
+
+
+def _runnable_cases(cases: list) -> list:
+    """`--all` without a Docker engine: variants that need a container node are skipped, with a note."""
+    from sandbox.container_node import unrunnable
+
+    kept = [(inc, v) for inc, v in cases if unrunnable(inc.variants[v]) is None]
+    for inc, v in cases:
+        if (inc, v) not in kept:
+            err_console.print(f"note: skipping {inc.id} / {v}: it needs a container node "
+                              f"({unrunnable(inc.variants[v])})")
+    return kept
 
 
 def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:

@@ -75,6 +75,13 @@ class Drill:
             raise ValueError(f"mode must be drill or interview, got {mode!r}")
         self.mode = mode
         self.faults = build_faults(self.plan)
+        self.node = incident.variants[variant].node  # "container": one replica runs in a container node
+        if self.node is not None:
+            from sandbox.container_node import unrunnable
+
+            problem = unrunnable(incident.variants[variant])
+            if problem:
+                raise ValueError(f"variant {variant} runs a replica in a container node: {problem}")
         self.setup = _setup_fault(incident)  # the incident's healthy baseline settings, deployed before traffic
         self.injected: list = []
         self.fault_log: list[dict] = []
@@ -150,13 +157,16 @@ class Drill:
         try:
             state = StackState.load(self.cfg.state_file)
             if state.prometheus_pid and PrometheusClient(state.prometheus_url).ready():
+                if self.node == "container" and not state.container_nodes:
+                    raise RuntimeError("this variant runs one replica in a container node and the running "
+                                       "sandbox has none: `sandbox down` first, the drill starts its own")
                 self.steps.note(f"reusing the running sandbox (run {state.run_id})")
                 self._wait_quiet(state)
                 return state
         except NoStackError:
             pass
         self.started_stack = True
-        return Stack(self.cfg, self.steps).up()
+        return Stack(self.cfg, self.steps).up(container_nodes=1 if self.node == "container" else 0)
 
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
         """A reused stack may still be paging about an earlier drill: the baseline starts after it stops."""

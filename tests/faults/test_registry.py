@@ -9,13 +9,17 @@ from faults.pause import Pause
 from faults.replica_override import ReplicaOverride
 
 
-def test_the_five_types_and_their_fields():
+def test_the_fault_types_and_their_fields():
     assert {t: faults.fields_of(t) for t in FAULT_TYPES} == {
         "deploy": {"set": True, "version": False},
         "knobs": {"set": True},
         "replica-override": {"set": True, "replica": False},
         "cpu-throttle": {"cpu_fraction": True, "replica": False},
         "pause": {"seconds": True, "replica": False},
+        "container-cpu-quota": {"cpu_fraction": True, "replica": False},
+        "container-pause": {"seconds": True, "replica": False},
+        "container-memory-limit": {"limit_mb": True, "replica": False},
+        "container-kill": {"replica": False, "restart_after_s": False},
     }
 
 
