@@ -1,0 +1,51 @@
+"""The project image's Dockerfile: the pinned torch CPU wheel, then the project; nothing it needs ignored.
+
+Nothing here builds it (no registry is reachable); compose.yaml builds it for users.
+"""
+import fnmatch
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_image_starts_from_python_311_slim_and_installs_the_pinned_cpu_torch_first():
+    steps = _instructions()
+    assert steps[0] == ("FROM", "python:3.11-slim")
+    assert ("ARG", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu") in steps
+    runs = [arg for op, arg in steps if op == "RUN"]
+    pinned = next(d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+                  if d.startswith("torch"))
+    assert re.search(rf'pip install "{re.escape(pinned)}" --index-url "\$\{{TORCH_INDEX_URL\}}"', runs[0])
+    assert "pip install -e ." in runs[-1]  # the project after torch: its own `torch==` pin is then satisfied
+    assert not any("prometheus" in arg for _, arg in steps)
+
+
+def test_the_build_context_keeps_what_the_image_runs_from():
+    patterns = [p.strip() for p in (REPO / ".dockerignore").read_text().splitlines()
+                if p.strip() and not p.startswith("#")]
+    needed = ["pyproject.toml", "README.md", "services/serve_config.yaml", "services/model/weights/target",
+              "incidents", "dashboards/rules", "sandbox/cli.py", "faults", "kernels"]
+    for path in needed:
+        parts = Path(path).parts
+        prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        hits = [p for p in patterns for prefix in prefixes if fnmatch.fnmatch(prefix, p.removeprefix("**/"))]
+        assert hits == [], f"{path} is excluded from the build context by {hits}"
+    for leftover in (".venv", "runs", ".git", "tests"):
+        assert leftover in patterns
+
+
+def test_the_compose_services_build_this_dockerfile_with_the_cpu_and_gpu_wheels():
+    services = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]
+    assert services["ray-head"]["image"] == services["sandbox"]["image"] == "inference-incident-sandbox:latest"
+    assert "args" not in services["ray-head"]["build"]  # the Dockerfile's default: the CPU wheel
+    assert services["ray-worker-gpu"]["image"] == "inference-incident-sandbox:gpu"
