@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sandbox.commands import register as register_stack_commands
+from sandbox.commands.grafana import register as register_grafana_commands
 
 app = typer.Typer(help="Inference incident sandbox: practise debugging LLM serving.", no_args_is_help=True,
                   add_completion=False)
@@ -68,6 +69,7 @@ def evaluate(
 
 
 register_stack_commands(app)  # up, down, status, run, traffic, query, deploy
+register_grafana_commands(app)  # grafana push, grafana annotate
 
 if __name__ == "__main__":
     app()

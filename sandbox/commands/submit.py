@@ -106,7 +106,11 @@ def submit(file: Path | None, as_json: bool) -> None:
         if debrief:
             console.print(f"debrief: {debrief}")
     if counted:
+        graded_at = time.time()
         os.kill(drill["pid"], signal.SIGINT)  # the drill ends as after Ctrl-C: faults reverted, record kept
+        from sandbox.commands.grafana import annotate_after_drill
+
+        annotate_after_drill(cfg, run_dir, drill["pid"], graded_at)  # only once the drill has ended
 
 
 def grade_live(cfg, run_dir: Path, diagnosis, interview: bool):
