@@ -250,6 +250,9 @@ def _target_pid(path: Path) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
+SCRAPED_JOBS = ("ray", "prometheus", "canary", "traffic")
+
+
 def wait_scraped(state: StackState, replicas: int, version: str, timeout_s: float) -> None:
     """Every active target up and scraped, and every replica's engine metrics (of `version`) stored."""
     client = prometheus.PrometheusClient(state.prometheus_url)
@@ -257,7 +260,9 @@ def wait_scraped(state: StackState, replicas: int, version: str, timeout_s: floa
     deadline = time.monotonic() + timeout_s
     try:
         while True:
-            targets = client.targets()
+            # The sandbox's own jobs only: a deployment may scrape more (compose's container exporter),
+            # and one of those being down says nothing about whether the replicas were seen.
+            targets = [t for t in client.targets() if t["labels"].get("job") in SCRAPED_JOBS]
             jobs = {t["labels"].get("job") for t in targets}
             all_up = targets and all(t["health"] == "up" for t in targets) and {"ray", "prometheus"} <= jobs
             if all_up and (client.value(query) or 0) >= replicas:
