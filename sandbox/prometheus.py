@@ -21,12 +21,13 @@ def find_binary(name: str) -> str:
     return path
 
 
-def start_server(binary: str, config_file: Path, data_dir: Path, listen: str, log_file: Path) -> subprocess.Popen:
+def start_server(binary: str, config_file: Path, data_dir: Path, listen: str, log_file: Path,
+                 extra_args: tuple[str, ...] = ()) -> subprocess.Popen:
     """Start Prometheus in its own session, so the caller's Ctrl-C does not kill it mid-teardown."""
     data_dir.mkdir(parents=True, exist_ok=True)
     cmd = [binary, f"--config.file={config_file}", f"--storage.tsdb.path={data_dir}",
            f"--web.listen-address={listen}", "--web.enable-lifecycle", "--web.enable-admin-api",
-           "--storage.tsdb.retention.time=7d", "--log.level=warn"]
+           "--storage.tsdb.retention.time=7d", "--log.level=warn", *extra_args]
     with open(log_file, "ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

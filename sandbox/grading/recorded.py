@@ -84,6 +84,13 @@ def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
     raise OSError(f"no free port on {host}")
 
 
+# A pruned record (sandbox.grading.prune) keeps every sample but not Prometheus' staleness markers
+# (OpenMetrics text cannot carry them), so a replica that was replaced would answer instant queries
+# with its last value for the default 5-minute lookback. Live series are scraped every 1-2 s: a
+# series with no sample for 20 s has ended, as its staleness marker said in the live run.
+LOOKBACK_S = 20
+
+
 class RecordedPrometheus:
     """`with RecordedPrometheus(data_dir) as prom:` a PrometheusClient over a copy of the data."""
 
@@ -101,7 +108,8 @@ class RecordedPrometheus:
             config.write_text("global: {}\n")  # no scrapes, no rules: the record is all there is
             port = self.port or free_port(self.host)
             self.proc = start_server(find_binary("prometheus"), config, self.scratch / "data",
-                                     f"{self.host}:{port}", self.scratch / "prometheus.log")
+                                     f"{self.host}:{port}", self.scratch / "prometheus.log",
+                                     (f"--query.lookback-delta={LOOKBACK_S}s",))
             self.client = PrometheusClient(f"http://{self.host}:{port}")
             self.client.wait_ready(READY_TIMEOUT_S)
         except BaseException:

@@ -45,9 +45,7 @@ def grade_golden(run: Path) -> dict[str, int]:
     return scores
 
 
-# Recordings are made from runs that pass `sandbox verify`; oom-at-peak (3 variants) and slow-replica's
-# small-cache do not pass yet (issue 4).
-@pytest.mark.xfail(strict=False, reason="no verified recording yet of oom-at-peak, slow-replica/small-cache")
+# Recordings are made from runs that pass `sandbox verify` (pruned with sandbox.grading.prune).
 def test_every_variant_of_the_catalogue_has_a_recorded_fixture():
     catalogue = load_catalogue(ROOT / "incidents")
     have = {(RecordedRun(r, key_of(r)).incident_id, RecordedRun(r, key_of(r)).sealed["variant"]) for r in RUNS}
