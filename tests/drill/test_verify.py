@@ -41,3 +41,13 @@ def test_the_warm_up_and_the_settling_time_are_left_out():
 def test_a_noisy_baseline_needs_a_bigger_change():
     noisy = lambda t: (1.0 if (t // 2) % 2 else 2.0) if t < 100 else 1.9  # noqa: E731
     assert verify.observe(SeriesProm(noisy), "x", "q", 0, 100, 200).direction == "flat"
+
+
+def test_a_signal_over_a_minute_window_is_read_once_the_window_has_cleared_the_transition():
+    assert verify.settle_after("rate(x[30s])") == verify.SETTLE_S
+    assert verify.settle_after("histogram_quantile(0.99, rate(x_bucket[1m]))") == 60
+    assert verify.settle_after("min_over_time(max(x)[2m:2s])") == 120
+    # a transition that lingers for the 1m window after the injection completed is not the new regime
+    fn = lambda t: 50.0 if 100 <= t < 160 else 1.0  # noqa: E731
+    assert verify.observe(SeriesProm(fn), "x", "rate(x[1m])", 0, 100, 260).direction == "flat"
+    assert verify.observe(SeriesProm(fn), "x", "rate(x[30s])", 0, 100, 260).direction == "up"
