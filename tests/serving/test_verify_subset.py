@@ -1,9 +1,12 @@
 """CI's share of `sandbox verify`: one variant of the real catalogue, end to end, on this machine.
 
 `make verify-all` runs every variant (about 90 minutes); CI runs the one below, which
-exercises every part of the check: a rolling deploy as the fault, a page from a real
-Prometheus alert, signals that separate it from its three siblings, the other
-incidents' primary signals, and the leak scan. Runs after the session stack is down
+exercises every part of the check: a rolling deploy as the fault (one that then fails under
+load), a page from a real Prometheus alert, signals that separate it from its two siblings,
+the other incidents' primary signals, and the leak scan. Its page comes from the engine's
+memory accounting, not from how fast this machine happens to be: ttft-after-deploy/prefix-off,
+the subset before, paged at 58-70 s in three runs and not at all in a fourth on an idle
+machine (TTFT p99 0.33 -> 1.42 s, under the 2.5 s threshold). Runs after the session stack is down
 (see STACK_ORDER): verify brings up a fresh stack of its own, on the test ports.
 """
 import json
@@ -15,7 +18,7 @@ from sandbox import ray_cluster
 
 pytestmark = [pytest.mark.stack, pytest.mark.teardown]
 
-CI_SUBSET = [("ttft-after-deploy", "prefix-off")]
+CI_SUBSET = [("oom-at-peak", "headroom")]
 
 
 @pytest.mark.parametrize(("incident", "variant"), CI_SUBSET)
