@@ -18,24 +18,31 @@ if [ ! -f "$stamp" ]; then
     touch "$stamp"
 fi
 
+# Debian packages whose services must not start: invoke-rc.d reads a policy-rc.d exit 101 as "do not
+# start services" during the install. A failed install warns (its message: $1) rather than stops.
+apt_install_stopped() {
+    local warning=$1; shift
+    local made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; } \
+        || echo "!! $warning" >&2
+    if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+}
+
+can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+
 # The Prometheus server the serving stack starts (Debian's package; PROMETHEUS_BIN overrides).
 # The sandbox runs its own instance on its own port and data directory, so the
 # package's service must not be left running.
 if ! command -v "${PROMETHEUS_BIN:-prometheus}" >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if can_apt; then
         echo "==> installing Prometheus (Debian package 'prometheus', its service kept stopped)"
-        made_policy=0
-        if [ ! -e /usr/sbin/policy-rc.d ]; then
-            # invoke-rc.d reads exit 101 as "do not start services" during the install.
-            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-            chmod +x /usr/sbin/policy-rc.d
-            made_policy=1
-        fi
-        export DEBIAN_FRONTEND=noninteractive
-        # Only the serving stack needs it: a failed install warns rather than stops.
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
-            || echo "!! could not install prometheus; the serving stack will not start" >&2
-        if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+        apt_install_stopped "could not install prometheus; the serving stack will not start" prometheus
         if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
             systemctl stop prometheus && systemctl disable prometheus
         elif [ -x /etc/init.d/prometheus ]; then
@@ -51,18 +58,9 @@ fi
 # docker-compose to validate compose.yaml). The tests start their own dockerd (host networking only)
 # and stop it; the package's service is kept stopped like Prometheus's.
 if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if can_apt; then
         echo "==> installing Docker (Debian packages docker.io and docker-compose, services kept stopped)"
-        made_policy=0
-        if [ ! -e /usr/sbin/policy-rc.d ]; then
-            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-            chmod +x /usr/sbin/policy-rc.d
-            made_policy=1
-        fi
-        export DEBIAN_FRONTEND=noninteractive
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends docker.io docker-compose >/dev/null; } \
-            || echo "!! could not install docker.io; the container tests will be skipped" >&2
-        if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+        apt_install_stopped "could not install docker.io; the container tests will be skipped" docker.io docker-compose
     else
         echo "!! dockerd not found: the container tests will be skipped (as root: apt-get install docker.io docker-compose)" >&2
     fi
