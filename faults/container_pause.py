@@ -14,8 +14,7 @@ from typing import ClassVar
 
 from faults.base import Fault, FaultContext, Location, check_number, check_replica
 from faults.container_target import ContainerTarget, pick, rejoin
-
-MAX_SECONDS = 3600.0
+from faults.pause import MAX_SECONDS  # the same bound as a paused process
 
 
 @dataclass
