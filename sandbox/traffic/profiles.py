@@ -20,13 +20,8 @@ def _worked_examples(n: int, seed: int = 1234) -> str:
 
 # As in production, the shared system prompt is long (instructions plus worked examples, about 500
 # characters = tokens): prefix caching saves most of every request's prefill, which is what makes it matter.
-_INSTRUCTIONS = ("system: you are a careful assistant for exact text tasks. copy, reverse, sort and add "
-                 "exactly; tell short stories in plain words. examples:\n")
-SYSTEM_PROMPT = _INSTRUCTIONS + _worked_examples(2)
-# A product whose system prompt carries more worked examples (about 650 tokens): the prefix cache saves
-# even more of each prefill, so losing it costs more. Still leaves room under max_model_len (1024) for
-# 260 characters of context, the task and 48 output tokens.
-LONG_SYSTEM_PROMPT = _INSTRUCTIONS + _worked_examples(3)
+SYSTEM_PROMPT = ("system: you are a careful assistant for exact text tasks. copy, reverse, sort and add "
+                 "exactly; tell short stories in plain words. examples:\n" + _worked_examples(2))
 
 
 @dataclass(frozen=True)
@@ -41,7 +36,7 @@ class TrafficProfile:
     name: str
     description: str
     task_mix: dict[str, float]
-    shared_prefix_share: float  # share of requests that start with the system prompt
+    shared_prefix_share: float  # share of requests that start with SYSTEM_PROMPT
     context: tuple[LengthBand, ...]  # prompt-length mix: characters of context before the task
     output_tokens: tuple[int, int]  # max_tokens drawn uniformly from this range
     ignore_eos: bool = True  # generate exactly max_tokens, so the output-length mix is the profile's
@@ -54,7 +49,6 @@ class TrafficProfile:
     # How many distinct context texts there are (a job asking many questions about a few documents,
     # which prefix caching serves from cache); 0: fresh context for every request.
     documents: int = 0
-    system_prompt: str = SYSTEM_PROMPT  # what the shared share of requests starts with
 
     def __post_init__(self):
         if not self.task_mix or any(t not in MAKERS for t in self.task_mix):
@@ -88,7 +82,7 @@ class TrafficProfile:
         shared = rng.random() < self.shared_prefix_share
         user = context + example.prompt
         chat = rng.random() < self.chat_share
-        return SampledRequest(task=task, chat=chat, system=self.system_prompt if shared else None, user=user,
+        return SampledRequest(task=task, chat=chat, system=SYSTEM_PROMPT if shared else None, user=user,
                               max_tokens=rng.randint(*self.output_tokens), ignore_eos=self.ignore_eos,
                               stream=self.stream, temperature=self.temperature,
                               close_after_chunks=self.close_after_chunks if self.stream else None)
@@ -159,10 +153,6 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
                    _EVEN, 0.1, (LengthBand(1.0, 250, 450),), (16, 48)),
     TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
                    _EVEN, 0.95, (LengthBand(1.0, 120, 260),), (16, 48)),
-    TrafficProfile("system-prompt", "nearly every request starts with a long system prompt (about 650 tokens)",
-                   _EVEN, 0.95, (LengthBand(1.0, 0, 0),), (16, 48), system_prompt=LONG_SYSTEM_PROMPT),
-    TrafficProfile("system-prompt-long", "the long system prompt, then long context before each task",
-                   _EVEN, 0.95, (LengthBand(1.0, 120, 260),), (16, 48), system_prompt=LONG_SYSTEM_PROMPT),
     TrafficProfile("documents", "a batch job: questions about one of 32 long documents (after the system "
                    "prompt); the client reads the first 3 text chunks and closes the stream",
                    {"copy": 1.0, "reverse": 1.0, "sort": 1.0, "add": 1.0}, 1.0, (LengthBand(1.0, 420, 420),),

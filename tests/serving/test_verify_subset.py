@@ -4,9 +4,9 @@
 exercises every part of the check: a rolling deploy as the fault (one that then fails under
 load), a page from a real Prometheus alert, signals that separate it from its two siblings,
 the other incidents' primary signals, and the leak scan. Its page comes from the engine's
-memory accounting, not from how fast this machine happens to be: ttft-after-deploy/prefix-off,
-the subset before, paged at 58-70 s in three runs and not at all in a fourth on an idle
-machine (TTFT p99 0.33 -> 1.42 s, under the 2.5 s threshold). Runs after the session stack is down
+memory accounting, not from how fast this machine happens to be: a latency page depends on
+the prefill capacity of the machine that runs it (ttft-after-deploy/prefix-off once missed its
+page on an idle machine and needed more load to keep a margin). Runs after the session stack is down
 (see STACK_ORDER): verify brings up a fresh stack of its own, on the test ports.
 """
 import json
