@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import queue
 import threading
 import time
@@ -29,14 +28,14 @@ from dataclasses import dataclass
 from services.engine.outputs import RequestOutput
 from services.serve.cgroup_cpu import CpuStatCounter
 from services.serve.metrics import ENGINE_COUNTERS, EngineSnapshot
-
-
-class EngineDeadError(RuntimeError):
-    """The engine loop crashed or was stopped; requests cannot be served."""
-
-
-class EngineWedgedError(RuntimeError):
-    """One engine step has run for longer than the wedge timeout."""
+from services.serve.request_stream import (
+    ACCEPTED,
+    ERROR,
+    OUTPUT,
+    EngineDeadError,
+    EngineWedgedError,
+    RequestStream,
+)
 
 
 @dataclass
@@ -45,52 +44,6 @@ class _Rebuild:
     restore: object  # () -> engine: the old configuration again, if build() failed
     future: concurrent.futures.Future
     deadline: float  # running requests still unfinished then are failed, so the rebuild happens
-
-
-_ACCEPTED, _OUTPUT, _ERROR = "accepted", "output", "error"
-
-
-class RequestStream:
-    """The outputs of one request, as an async iterator; consecutive deltas are merged."""
-
-    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop):
-        self.request_id = request_id
-        self.loop = loop
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self.finished = False
-
-    def put(self, kind: str, value) -> None:  # on the event loop
-        self._queue.put_nowait((kind, value))
-
-    async def accepted(self) -> int:
-        """Wait until the engine took the request; its prompt token count. Raises what add_request raised."""
-        kind, value = await self._queue.get()
-        if kind == _ERROR:
-            self.finished = True
-            raise value
-        assert kind == _ACCEPTED, kind
-        return value
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> RequestOutput:
-        if self.finished:
-            raise StopAsyncIteration
-        merged = self._take(await self._queue.get())
-        while not self._queue.empty() and not merged.finished:
-            out = self._take(self._queue.get_nowait())
-            merged = dataclasses.replace(out, delta_text=merged.delta_text + out.delta_text,
-                                         delta_token_ids=merged.delta_token_ids + out.delta_token_ids)
-        self.finished = merged.finished
-        return merged
-
-    def _take(self, item) -> RequestOutput:
-        kind, value = item
-        if kind == _ERROR:
-            self.finished = True
-            raise value
-        return value
 
 
 class EngineLoop:
@@ -128,7 +81,7 @@ class EngineLoop:
         self._raise_if_dead()
         self._commands.put(("add", stream, prompt, params, time.monotonic()))
         if self._fatal is not None or not self._thread.is_alive():  # died while we posted
-            stream.put(_ERROR, EngineDeadError("engine loop is not running"))
+            stream.put(ERROR, EngineDeadError("engine loop is not running"))
         return stream
 
     def abort(self, request_id: str) -> None:
@@ -238,11 +191,11 @@ class EngineLoop:
             try:
                 self.engine.add_request(stream.request_id, prompt, params, arrival_time=arrival)
             except Exception as e:  # noqa: BLE001 - a bad request fails alone
-                pending[stream.loop].append((stream, _ERROR, e))
+                pending[stream.loop].append((stream, ERROR, e))
                 return
             self._streams[stream.request_id] = stream
             n_prompt = len(self.engine.scheduler.requests[stream.request_id].prompt_token_ids)
-            pending[stream.loop].append((stream, _ACCEPTED, n_prompt))
+            pending[stream.loop].append((stream, ACCEPTED, n_prompt))
         elif kind == "abort":
             if cmd[1] in self._streams:
                 self.engine.abort_request(cmd[1])
@@ -273,7 +226,7 @@ class EngineLoop:
         error = EngineDeadError("the request was interrupted; retry it")
         pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         for stream in self._streams.values():
-            pending[stream.loop].append((stream, _ERROR, error))
+            pending[stream.loop].append((stream, ERROR, error))
         self._send(pending)
         self.engine.abort_request(list(self._streams))
         for out in self.engine.step():  # the aborted requests' last outputs: counted as aborts
@@ -319,7 +272,7 @@ class EngineLoop:
                 self._last_token_time[out.request_id] = m.last_token_time
             if out.finished:
                 self._finish(out)
-            pending[stream.loop].append((stream, _OUTPUT, out))
+            pending[stream.loop].append((stream, OUTPUT, out))
         if self.export_metrics and intervals:
             self.metrics.observe_token_intervals(intervals)
         self._send(pending)
@@ -372,7 +325,7 @@ class EngineLoop:
     def _fail_all(self, error: Exception) -> None:
         pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         for stream in self._streams.values():
-            pending[stream.loop].append((stream, _ERROR, error))
+            pending[stream.loop].append((stream, ERROR, error))
         self._streams.clear()
         while True:  # requests still queued as commands
             try:
@@ -380,13 +333,13 @@ class EngineLoop:
             except queue.Empty:
                 break
             if cmd[0] == "add":
-                pending[cmd[1].loop].append((cmd[1], _ERROR, error))
+                pending[cmd[1].loop].append((cmd[1], ERROR, error))
             elif cmd[0] == "call":
                 cmd[2].set_exception(error)
             elif cmd[0] == "rebuild":
                 cmd[1].future.set_exception(error)
         for cmd in self._held:
-            pending[cmd[1].loop].append((cmd[1], _ERROR, error))
+            pending[cmd[1].loop].append((cmd[1], ERROR, error))
         self._held.clear()
         if self._rebuild is not None:
             self._rebuild.future.set_exception(error)
