@@ -18,9 +18,9 @@ from sandbox.grafana.push import board_files
 from sandbox.settings import SandboxConfig
 
 FIXTURES = Path(__file__).parents[1] / "grading" / "fixtures"
-RUN = "20261130-080937-ttft-after-deploy"  # t0 1796026177.602, injected at 91.3 s, deploy v2, paged
+RUN = "20261130-172507-ttft-after-deploy"  # t0 1796059507.753, injected at 91.5 s, deploy v2, paged
 BOARD_UIDS = sorted(json.loads(p.read_text())["uid"] for p in board_files())
-GRADED_AT = 1796026400.0
+GRADED_AT = 1796059800.0
 
 
 @pytest.fixture
@@ -67,9 +67,9 @@ def test_a_graded_run_is_annotated_with_its_window_deploys_page_and_diagnosis(ho
         notes = {n["tags"][-1]: n for n in fake.annotations if n["dashboardUID"] == uid}
         assert set(notes) == {"incident-window", "deploy", "page", "diagnosis"}
         window = notes["incident-window"]
-        assert (window["time"], window["timeEnd"]) == (round((1796026177.602395 + 91.3) * 1000), GRADED_AT * 1000)
-        assert (notes["deploy"]["time"], notes["deploy"]["text"]) == (1796026319864, "deploy: version v2")
-        assert (notes["page"]["time"], notes["page"]["text"]) == (1796026326178, "page: TimeToFirstTokenHigh")
+        assert (window["time"], window["timeEnd"]) == (round((1796059507.7531118 + 91.5) * 1000), GRADED_AT * 1000)
+        assert (notes["deploy"]["time"], notes["deploy"]["text"]) == (1796059667638, "deploy: version v2")
+        assert (notes["page"]["time"], notes["page"]["text"]) == (1796059667657, "page: TimeToFirstTokenHigh")
         assert notes["diagnosis"]["time"] == GRADED_AT * 1000 and notes["diagnosis"]["timeEnd"] is None
         assert notes["diagnosis"]["text"] == "diagnosis graded: 80/100, 74s after the page"
         assert all(n["tags"][:2] == ["sandbox", f"run:{RUN}"] for n in notes.values())
