@@ -82,7 +82,7 @@ class Deploy(Fault):
         try:
             # A new version that rolls out and then fails under load is the incident, not a failed injection.
             report = deploy_changes(ctx.cfg, ctx.state, self.assignments(), self.version, ctx.timeout_s,
-                                    tolerate_failing=True)
+                                    tolerate_failing=True, on_poll=ctx.tick)
         except ValueError as e:  # refused by the running stack's config before anything was deployed
             self._previous = None
             raise InvalidFault("set", str(e)) from None
@@ -144,7 +144,7 @@ class Knobs(Fault):
         self._previous = {k: knobs.get(k, _default(ReplicaKnobs, k)) for k in self.set}
         assignments = [_assignment(f"knobs.{k}", v) for k, v in self.set.items()]
         ctx.log(f"knobs: {', '.join(assignments)}")
-        report = deploy_changes(ctx.cfg, ctx.state, assignments, None, ctx.timeout_s)
+        report = deploy_changes(ctx.cfg, ctx.state, assignments, None, ctx.timeout_s, on_poll=ctx.tick)
         self._location = Location(version=report["version"], component=self.component)
 
     def _revert(self, ctx: FaultContext) -> None:

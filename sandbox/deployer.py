@@ -10,6 +10,7 @@ replica.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.deploy_config import INGRESS, SERVER, DeployConfig
@@ -47,10 +48,12 @@ def _rolled_out_failing(detail: dict | None, new: DeployConfig, ran: set[str]) -
 
 
 def deploy_changes(cfg: SandboxConfig, state: StackState, assignments: list[str], version: str | None,
-                   timeout_s: float, steps: Steps | None = None, tolerate_failing: bool = False) -> dict:
+                   timeout_s: float, steps: Steps | None = None, tolerate_failing: bool = False,
+                   on_poll: Callable[[], None] | None = None) -> dict:
     """Deploy and wait until it landed. With `tolerate_failing`, a rollout whose new replicas ran and
     then failed health checks (Serve: DEPLOY_FAILED, still retrying them) counts as landed, with
-    `"healthy": False` in the report; a config that never ran a replica still raises."""
+    `"healthy": False` in the report; a config that never ran a replica still raises. `on_poll` is
+    called at every check while it waits (a rollout under load can take a minute or more)."""
     steps = steps or Steps()
     current = DeployConfig.load(Path(state.deployed_config))
     new = current.with_overrides(assignments, version)
@@ -68,6 +71,8 @@ def deploy_changes(cfg: SandboxConfig, state: StackState, assignments: list[str]
         for r in replicas:
             if r.get("state") == "RUNNING" and r.get("replica_id") not in before:
                 ran.add(r.get("replica_id"))
+        if on_poll:
+            on_poll()
 
     healthy = True
     try:
@@ -87,7 +92,7 @@ def deploy_changes(cfg: SandboxConfig, state: StackState, assignments: list[str]
         ctl.close()
     if rolling and healthy:
         with steps.step(f"waiting for Prometheus to see every replica on {new.version}"):
-            wait_scraped(state, new.replicas, new.version, timeout_s)
+            wait_scraped(state, new.replicas, new.version, timeout_s, on_poll)
     n = len(list(Path(state.run_dir).glob("serve_config*.yaml")))
     path = Path(state.run_dir) / f"serve_config.{n}.{new.version}.yaml"
     new.save(path)

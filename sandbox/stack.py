@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbox import alerts, prometheus, ray_cluster
@@ -253,7 +254,8 @@ def _target_pid(path: Path) -> int | None:
 SCRAPED_JOBS = ("ray", "prometheus", "canary", "traffic")
 
 
-def wait_scraped(state: StackState, replicas: int, version: str, timeout_s: float) -> None:
+def wait_scraped(state: StackState, replicas: int, version: str, timeout_s: float,
+                 on_poll: Callable[[], None] | None = None) -> None:
     """Every active target up and scraped, and every replica's engine metrics (of `version`) stored."""
     client = prometheus.PrometheusClient(state.prometheus_url)
     query = f'count(vllm:cache_config_info{{version="{version}"}} == 1)'
@@ -270,6 +272,8 @@ def wait_scraped(state: StackState, replicas: int, version: str, timeout_s: floa
             if time.monotonic() > deadline:
                 down = [t["scrapeUrl"] for t in targets if t["health"] != "up"]
                 raise prometheus.PrometheusError(f"not every target scraped after {timeout_s:.0f}s (down: {down})")
+            if on_poll:
+                on_poll()
             time.sleep(0.25)
     finally:
         client.close()

@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
 
 def _check_plan(inc, variant, seed, duration) -> None:
     from sandbox.drill.plan import make_plan
-    from sandbox.drill.runner import build_faults
+    from sandbox.drill.fault_plan import build_faults
 
     try:
         build_faults(make_plan(inc, variant, seed, duration))

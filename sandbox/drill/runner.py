@@ -19,6 +19,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
+from sandbox.drill.interrupts import (
+    DrillInterrupted,
+    deferred_signals,
+    raise_interrupted,
+)
 from sandbox.drill.plan import DrillPlan, make_plan
 from sandbox.drill.record import RunRecord, new_run_id, read_live_marker, write_atomic
 from sandbox.drill.traffic_runner import TrafficRunner
@@ -26,10 +32,6 @@ from sandbox.progress import Steps
 from sandbox.prometheus import PrometheusClient, PrometheusError
 from sandbox.settings import SandboxConfig
 from sandbox.state import NoStackError, StackState, stop_pid
-
-
-class DrillInterrupted(Exception):
-    """SIGTERM (Ctrl-C arrives as KeyboardInterrupt): end the drill and clean up."""
 
 
 @dataclass
@@ -44,19 +46,6 @@ class DrillResult:
     checks: dict | None = None  # filled by `verify` (before_teardown)
 
 
-def build_faults(plan: DrillPlan) -> list[list[tuple[dict, object]]]:
-    """(spec, fault) for every fault of every planned event, built and validated; ValueError names the problem."""
-    from faults.registry import build
-
-    built = []
-    for ev in plan.events:
-        faults = [(dict(spec), build(spec)) for spec in ev.faults]
-        for _, f in faults:
-            f.validate()
-        built.append(faults)
-    return built
-
-
 class Drill:
     def __init__(self, cfg: SandboxConfig, incident, variant: str, seed: int, *, duration_s: float | None = None,
                  steps: Steps | None = None, on_page=None, before_teardown=None, keep_up: bool = False,
@@ -68,6 +57,7 @@ class Drill:
         self.before_teardown = before_teardown  # called with (drill, prom) while Prometheus still runs
         self.keep_up = keep_up
         self.poll_s = poll_s
+        self._last_watch = 0.0
         # An interactive drill does not stop at the timeline's end: the incident and its traffic go on
         # while the candidate investigates, until they end it (Ctrl-C, or a diagnosis).
         self.open_ended = open_ended
@@ -82,7 +72,7 @@ class Drill:
             problem = unrunnable(incident.variants[variant])
             if problem:
                 raise ValueError(f"variant {variant} runs a replica in a container node: {problem}")
-        self.setup = _setup_fault(incident)  # the incident's healthy baseline settings, deployed before traffic
+        self.setup = setup_fault(incident)  # the incident's healthy baseline settings, deployed before traffic
         self.injected: list = []
         self.fault_log: list[dict] = []
         self.page: dict | None = None
@@ -100,7 +90,7 @@ class Drill:
     # -- the whole drill ---------------------------------------------------------
     def run(self) -> DrillResult:
         status, error, checks = "failed", None, None
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        previous = signal.signal(signal.SIGTERM, raise_interrupted)
         try:
             self._start()
             self._follow_timeline()
@@ -112,11 +102,11 @@ class Drill:
                 status = "ended"  # the candidate was paged and ended the drill: its normal end
             else:
                 status, error = "interrupted", "interrupted"
-        except Exception as e:  # noqa: BLE001 - recorded in run.json, then re-raised after clean-up
+        except Exception as e:
             error = f"{type(e).__name__}: {e}"
             raise
         finally:
-            with _deferred_signals():
+            with deferred_signals():
                 self._teardown(status, error)
             signal.signal(signal.SIGTERM, previous)
         return DrillResult(self.record.dir.name, str(self.record.dir), status, self.page, self.plan,
@@ -211,7 +201,7 @@ class Drill:
         from faults.base import FaultContext
 
         rng = random.Random(f"faults/{self.plan.incident_id}/{self.plan.variant}/{self.seed}")
-        self.ctx = FaultContext(self.cfg, self.state, rng)
+        self.ctx = FaultContext(self.cfg, self.state, rng, tick=self._watch_alerts)
         if any(spec.get("type") == "replica-override" for faults in self.faults for spec, _ in faults):
             self.ctx.connect_ray()  # before traffic: a driver joining later would show in Ray's job list
 
@@ -236,6 +226,13 @@ class Drill:
             self.record.event("deploy", self.traffic.elapsed(), version=state.version)
             self.steps.note(f"deploy: version {state.version} rolled out")
         self.state = state
+
+    def _watch_alerts(self) -> None:
+        """While an injection waits on a rollout (a minute or more under load): the page, when it fires."""
+        now = time.monotonic()
+        if self.traffic is not None and now - self._last_watch >= self.poll_s:
+            self._last_watch = now
+            self._poll_alerts(self.traffic.elapsed())
 
     def _note_progress(self, t: float) -> None:
         s = self.traffic.stats.summary()
@@ -322,12 +319,12 @@ class Drill:
             errors.append(f"prometheus snapshot: {e}")
 
     def sealed_answer(self) -> dict:
-        return _resolved_answer(self.incident.variants[self.plan.variant].answer, self.fault_log, self.state)
+        return resolved_answer(self.incident.variants[self.plan.variant].answer, self.fault_log, self.state)
 
     def _seal(self, status: str = "running") -> None:
         variant = self.incident.variants[self.plan.variant]
         self.record.seal({"variant": self.plan.variant, "plan": self.plan.to_dict(), "status": status,
-                          "answer": _resolved_answer(variant.answer, self.fault_log, self.state),
+                          "answer": resolved_answer(variant.answer, self.fault_log, self.state),
                           "faults": self.fault_log, "early_alerts": self.early_alerts, "page": self.page,
                           "traffic_started": self.t0_wall, "stack_run_dir": self.state.run_dir if self.state else None})
 
@@ -338,29 +335,6 @@ DRILL_FILE = "drill.json"  # in the sandbox home while a drill runs: its pid, ru
 def running_drill(cfg: SandboxConfig) -> dict | None:
     """The drill now running on this machine ({pid, run_dir, mode, started}), or None."""
     return read_live_marker(cfg.home / DRILL_FILE)
-
-
-def _resolved_answer(answer, fault_log: list[dict], state: StackState | None) -> dict:
-    """The answer key with `injected` locations replaced by what the faults actually targeted."""
-    loc = dict(answer.location) if isinstance(answer.location, dict) else vars(answer.location).copy()
-    injected = [f["location"] or {} for f in fault_log if f["event"] == "inject"]
-    for key in ("replica", "version"):
-        if loc.get(key) == "injected":
-            loc[key] = next((l.get(key) for l in injected if l.get(key)), None)
-    return {"root_cause": answer.root_cause, "remediation": list(answer.remediation), "location": loc,
-            "evidence": list(answer.evidence)}
-
-
-def _setup_fault(incident):
-    setup = getattr(incident, "setup", None)
-    if not setup:
-        return None
-    from faults.registry import build
-
-    spec = {"type": "deploy", "set": dict(setup)}
-    fault = build(spec)
-    fault.validate()
-    return spec, fault
 
 
 def _start_canary(state: StackState, log_file: Path) -> subprocess.Popen:
@@ -374,17 +348,3 @@ def _pending(prom: PrometheusClient) -> bool:
     return any(a.get("state") == "pending" for a in prom._get("/api/v1/alerts", {})["alerts"])
 
 
-def _raise_interrupted(signum, frame):
-    raise DrillInterrupted(f"signal {signum}")
-
-
-@contextlib.contextmanager
-def _deferred_signals():
-    """Clean-up runs to the end: a second Ctrl-C or SIGTERM during it waits until it is done."""
-    received = []
-    old = {s: signal.signal(s, lambda n, f: received.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)

@@ -77,7 +77,7 @@ class TrafficRunner:
                 t0 = time.perf_counter()
                 try:
                     result = await asyncio.wait_for(send_request(client, req, self.model), give_up_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     result = RequestResult("499", time.perf_counter() - t0)
                 self.stats.add(result)
                 if self.exporter:

@@ -51,7 +51,7 @@ class Observed:
     direction: str  # up | down | flat | no data
 
     def to_dict(self) -> dict:
-        r = lambda v: None if v is None else round(v, 4)  # noqa: E731
+        r = lambda v: None if v is None else round(v, 4)
         return {"signal": self.signal, "baseline": r(self.baseline), "incident": r(self.incident),
                 "noise": r(self.noise), "direction": self.direction}
 

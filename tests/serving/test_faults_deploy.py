@@ -3,6 +3,7 @@
 Runs before the STACK_ORDER tests and leaves the stack as it found it.
 """
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,10 @@ def deployed(ctx) -> DeployConfig:
 def test_a_deploy_rolls_out_a_new_version_and_its_revert_rolls_back(stack, ctx):
     old_version, old_args = ctx.state.version, deployed(ctx).args
     fault = build({"type": "deploy", "set": {"engine.max_num_batched_tokens": 256}})
+    ticks = []
+    ctx.tick = lambda: ticks.append(time.monotonic())  # a drill watches its alerts while the rollout runs
     where = fault.inject(ctx)
+    assert len(ticks) >= 2, ticks
     assert where.version == next_version(old_version) == ctx.state.version and where.component == "deployment"
     stack.wait_for(f'count(vllm:cache_config_info{{version="{where.version}",max_num_batched_tokens="256"}} == 1)',
                    lambda v: v == 2)
