@@ -166,8 +166,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _check_plan(inc, variant, seed, duration) -> None:
-    from sandbox.drill.plan import make_plan
     from sandbox.drill.fault_plan import build_faults
+    from sandbox.drill.plan import make_plan
 
     try:
         build_faults(make_plan(inc, variant, seed, duration))
