@@ -46,10 +46,6 @@ class Location:
         return {"replica": self.replica, "version": self.version, "component": self.component}
 
 
-def _idle() -> None:
-    pass
-
-
 def _quiet(message: str) -> None:
     pass
 
@@ -80,7 +76,7 @@ class FaultContext:
     timeout_s: float = 180.0  # how long a deploy or a replica's rebuild may take to land
     # Called while an injection waits on a rollout: a drill keeps watching its alerts meanwhile, so a
     # page that fires mid-rollout is shown when it fires, not when the rollout has landed.
-    tick: Callable[[], None] = _idle
+    tick: Callable[[], None] | None = None
     _serve: ServeControl | None = field(default=None, init=False, repr=False)
     _ray_connected: bool = field(default=False, init=False, repr=False)
 
