@@ -1,7 +1,9 @@
 """Engine throughput: continuous batching vs one request at a time vs HF `generate`.
 
 Same process, same weights (fp32), same workload: N requests with prompts of
-32–256 tokens, each generating exactly M new tokens. Prints JSON.
+32–256 tokens, each generating exactly M new tokens. Prints JSON. Also the cost
+of batch-invariant mode: continuous batching with `batch_invariant` off and on,
+interleaved (off, on, off, on; the best of each), since this machine is shared.
 
     python bench/engine_throughput.py --json
 """
@@ -78,6 +80,21 @@ def _hf_pass(model, prompts, max_tokens: int, batch_size: int, pad_id: int) -> i
     return tokens
 
 
+def batch_invariant_cost(path: str, prompts, max_tokens: int, max_num_seqs: int) -> dict:
+    """Tokens/s of continuous batching without and with batch-invariant mode, side by side."""
+    engines = {mode: LLM(path, dtype="float32", max_num_seqs=max_num_seqs, max_num_batched_tokens=2048,
+                         batch_invariant=mode == "on") for mode in ("off", "on")}
+    best = {mode: 0.0 for mode in engines}
+    for mode, llm in engines.items():
+        run_engine(llm, prompts, 4, one_at_a_time=False)  # warm-up
+    for _ in range(2):
+        for mode, llm in engines.items():
+            tokens, seconds = run_engine(llm, prompts, max_tokens, one_at_a_time=False)
+            best[mode] = max(best[mode], tokens / seconds)
+    return {"tokens_per_s_off": round(best["off"], 1), "tokens_per_s_on": round(best["on"], 1),
+            "on_over_off": round(best["on"] / best["off"], 3)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=64)
@@ -107,6 +124,7 @@ def main(argv=None) -> int:
         "transformers_generate": {"tokens": hf_tokens, "seconds": round(hf_s, 3), "batch_size": a.hf_batch_size,
                                   "tokens_per_s": round(hf_tokens / hf_s, 1)},
     }
+    result["batch_invariant_cost"] = batch_invariant_cost(path, prompts, a.max_tokens, a.requests)
     result["ratio_vs_one_at_a_time"] = round((cb_tokens / cb_s) / (one_tokens / one_s), 2)
     result["ratio_vs_transformers"] = round((cb_tokens / cb_s) / (hf_tokens / hf_s), 2)
     print(json.dumps(result, indent=None if a.json else 2))

@@ -6,7 +6,9 @@ from the batch size (small batches need the extra parallelism), and since
 float addition is not associative a row's bits then depend on how many other
 rows were in the batch. `choose_split_k` reproduces that on purpose; with
 `batch_invariant=True` it always answers 1 and results no longer depend on
-the batch.
+the batch. Below split-K, both backends compute every row in a tile of a fixed
+row count (Triton's BLOCK_M, the torch path's ROW_TILE), so the BLAS under the
+torch path cannot add a batch variance of its own.
 
 `partial_dtype` is the dtype the partials are summed in. Many split-K GEMMs
 accumulate straight into the output tensor (atomic adds in bf16/fp16); with
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 # different tile shape may use a different MMA instruction and so a different
 # summation order, which would make rows batch-variant behind split-K's back.
 BLOCK_M, BLOCK_N, BLOCK_K = 16, 64, 32
+# The torch path's GEMMs go out in tiles of this many rows, for the same reason (`row_tiles`).
+ROW_TILE = BLOCK_M
 REDUCE_BLOCK = 1024
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -121,21 +125,28 @@ def matmul_triton(x: torch.Tensor, w: torch.Tensor, split_k: int = 1,
 
 def matmul_ref(x: torch.Tensor, w: torch.Tensor, split_k: int = 1,
                partial_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Torch twin of `matmul_triton`: same chunks, same partial rounding, same sum order."""
+    """Torch twin of `matmul_triton`: same chunks, same partial rounding, same sum order.
+
+    Every BLAS call has exactly ROW_TILE rows, like the kernel's BLOCK_M tiles (see
+    `row_tiles`), so split-K is the only thing that can change a row's bits.
+    """
     check_matmul_inputs(x, w, split_k)
     check_partial_dtype(partial_dtype)
     rnd = (lambda t: t.to(torch.bfloat16).float()) if partial_dtype == torch.bfloat16 else (lambda t: t)
     M, K = x.shape
-    # x32: [P, K] with P >= M, see pad_rows
-    x32 = pad_rows(x.float())
+    x32 = row_tiles(x.float())  # [P, K], P a non-zero multiple of ROW_TILE
     w32 = w.float()
     chunk = k_chunk_size(K, split_k)
-    acc = None
-    for s in range(split_k):
-        lo, hi = s * chunk, min((s + 1) * chunk, K)
-        partial = rnd(x32[:, lo:hi] @ w32[:, lo:hi].T)  # [P, N]; an empty chunk gives zeros
-        acc = partial if acc is None else rnd(acc + partial)
-    return acc[:M].to(x.dtype)
+    tiles = []
+    for r in range(0, x32.shape[0], ROW_TILE):
+        tile = x32[r:r + ROW_TILE]  # [ROW_TILE, K]
+        acc = None
+        for s in range(split_k):
+            lo, hi = s * chunk, min((s + 1) * chunk, K)
+            partial = rnd(tile[:, lo:hi] @ w32[:, lo:hi].T)  # [ROW_TILE, N]; an empty chunk gives zeros
+            acc = partial if acc is None else rnd(acc + partial)
+        tiles.append(acc)
+    return torch.cat(tiles)[:M].to(x.dtype)
 
 
 def check_partial_dtype(partial_dtype: torch.dtype) -> None:
@@ -171,19 +182,28 @@ def choose_split_k(num_rows: int, k: int, batch_invariant: bool) -> int:
     return split
 
 
-def pad_rows(x: torch.Tensor, multiple: int = 8) -> torch.Tensor:
-    """Append zero rows so the row count is a non-zero multiple of `multiple`.
+def row_tiles(x: torch.Tensor) -> torch.Tensor:
+    """x: [M, K] -> [P, K]: x's rows then zero rows, P a non-zero multiple of ROW_TILE.
 
-    Measured on this MKL: sgemm gives a row different bits when the row count
-    is 1..3, or when it falls in a 1..3-row tail after a multiple of 4 in
-    batches up to 11 rows. With at least 8 rows, always a multiple of 8, every
-    row came out bit-identical whatever the batch (1, 2 and 4 threads).
+    A BLAS library picks its kernel from the problem's shape (and may vectorize
+    along K differently when a row's start is differently aligned), and on some
+    CPUs that changes a row's bits: on an Intel Xeon, MKL's AVX-512 sgemm gave a
+    row computed alone (M=1, even zero-padded to 8 rows) other bits than the same
+    row in a batch of 16; on an AMD EPYC (MKL's generic path) unpadded batches of
+    1..64 rows gave a row other bits in 3 of the 64 sizes (9 at two threads). So
+    a row never meets a different call shape: every call takes one ROW_TILE-row
+    tile, and every row starts on a 64-byte boundary (the row stride is rounded
+    up to 16 floats; the allocator aligns the base), so each call is the same
+    problem at the same alignment whatever the batch. What is left is a row's
+    place inside its tile; GEMM kernels treat the rows of one call alike, which
+    tests/kernels/test_matmul_kernel.py checks on whatever CPU runs it.
     """
-    m = x.shape[0]
-    padded = max(multiple, -(-m // multiple) * multiple)
-    if padded == m:
-        return x
-    return torch.cat([x, x.new_zeros((padded - m, *x.shape[1:]))])
+    m, k = x.shape
+    padded = max(ROW_TILE, -(-m // ROW_TILE) * ROW_TILE)
+    stride = -(-k // 16) * 16
+    tiles = x.new_zeros((padded, stride))[:, :k]  # [P, K] with row stride `stride`
+    tiles[:m] = x
+    return tiles
 
 
 def k_chunk_size(k: int, split_k: int) -> int:

@@ -67,8 +67,11 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1,
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     before = set(processes())
     with open(log_file, "ab") as log:
+        # A session of its own: Ray's daemons inherit `ray start`'s process group, and a Ctrl-C in the
+        # terminal of the drill that started them would reach every one (the dashboard then stops
+        # answering, and a revert that asks Serve which replicas run fails). The drill stops them itself.
         result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
-                                check=False)
+                                check=False, start_new_session=True)
     if result.returncode != 0:
         raise RayError(f"`ray start --head` failed (exit {result.returncode}); see {log_file}")
     return f"{cfg.host}:{cfg.ray_port}", started_since(before)

@@ -10,51 +10,16 @@ task, where greedy decoding meets near-ties, text diverges.
 import pytest
 import torch
 
+from invariance_probe import probe_alone_and_in_batch
 from services.engine import LLM, SamplingParams
-from services.model.tasks import eval_set, long_story_prompt
-
-# 298 tokens with <bos>: decoded near 300 keys, where the fused CPU SDPA's bits
-# depend on the padded key length (and float32 shows every bit).
-PROBE = long_story_prompt(300, 0)
+from services.model.tasks import eval_set
 
 
-def record_probe(llm) -> dict[str, list]:
-    """Spy on the engine's sampler input: per request, its logits rows and the
-    (first position, token count) of every step it was scheduled in."""
-    engine, seen = llm.llm_engine, {"logits": {}, "chunks": {}}
-    original = engine._sample
-
-    def recording(plan, logits, rows):
-        for s, (a, b) in zip(plan.scheduled, rows):
-            rid = s.request.request_id
-            seen["chunks"].setdefault(rid, []).append((s.num_computed_tokens, s.num_new_tokens))
-            if b > a:
-                seen["logits"].setdefault(rid, []).append(logits[a].clone())
-        return original(plan, logits, rows)
-
-    engine._sample = recording
-    return seen
-
-
-def other_prompts(n: int) -> list[str]:
-    """Story prompts of 20 to 600 characters, shorter and longer than the probe."""
-    return [long_story_prompt(20 + (37 * i) % 600, i + 1) for i in range(n)]
-
-
-def probe_alone_and_in_batch(model_path, batch_size: int, **config):
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-    llm = LLM(model_path, **config)
-    seen = record_probe(llm)
-    alone_id = llm.generate(PROBE, params)[0].request_id
-    batch = other_prompts(batch_size - 1)
-    batch.insert(batch_size // 2, PROBE)  # admitted after others: its chunks start elsewhere
-    batch_id = llm.generate(batch, params)[batch_size // 2].request_id
-    return seen, alone_id, batch_id
-
-
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("batch_size, budget", [(4, 2048), (16, 2048), (16, 64)],
-                         ids=["4-whole-prefill", "16-whole-prefill", "16-chunked-prefill"])
+# Batches of 16, whole and chunked, in both dtypes run in every instruction-set combination of
+# this CPU (test_batch_invariance_across_cpus.py); here, in this process, the shapes of the steps.
+@pytest.mark.parametrize("dtype, batch_size, budget", [("bfloat16", 4, 2048), ("float32", 4, 2048),
+                                                       ("float32", 16, 64)],
+                         ids=["4-whole-prefill-bf16", "4-whole-prefill-fp32", "16-chunked-prefill-fp32"])
 def test_batch_invariant_mode_gives_identical_logits_alone_and_in_a_batch(model_path, batch_size, budget, dtype):
     seen, alone, batched = probe_alone_and_in_batch(
         model_path, batch_size, batch_invariant=True, enable_prefix_caching=False,

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from kernels.matmul import choose_split_k, matmul, matmul_ref, matmul_triton
+from kernels.matmul import ROW_TILE, choose_split_k, matmul, matmul_ref, matmul_triton, row_tiles
 
 # Triton vs reference: same chunks and partial order, but the sums inside a
 # chunk run in a different order, and bf16 outputs round to 8 mantissa bits.
@@ -37,8 +37,40 @@ def test_a_row_is_bit_identical_alone_and_in_a_batch_of_16(split_k, dtype, threa
     batch = matmul_ref(x, w, split_k)
     for i in (0, 5, 15):
         assert torch.equal(matmul_ref(x[i:i + 1], w, split_k)[0], batch[i])
-    for m in (1, 2, 3, 5, 9, 11):  # the batch sizes where unpadded MKL changes path
+    for m in (1, 2, 3, 5, 9, 11):  # batch sizes where an unpadded BLAS call changes path
         assert torch.equal(matmul_ref(x[:m], w, split_k), batch[:m])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k, n", [(256, 384), (688, 256), (130, 40)])  # the model's shapes, and a K off the 16-float grid
+def test_a_row_gets_the_same_bits_in_every_batch_size_up_to_40(k, n, threads):
+    torch.set_num_threads(threads)
+    x, w = random_problem(40, n, k)
+    whole = matmul_ref(x, w)
+    differing = [m for m in range(1, 40) if not torch.equal(matmul_ref(x[:m], w), whole[:m])]
+    assert differing == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_gets_the_same_bits_at_every_place_in_its_tile(threads):
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(1)
+    w, row = torch.randn(256, 688, generator=g), torch.randn(688, generator=g)
+    alone = matmul_ref(row[None], w)[0]
+    for place in range(ROW_TILE):
+        batch = torch.randn(ROW_TILE + 3, 688, generator=g)  # other rows around it, and a second tile
+        batch[place] = row
+        assert torch.equal(matmul_ref(batch, w)[place], alone), f"row at place {place}"
+
+
+@pytest.mark.parametrize("m, k, rows, stride", [(1, 256, 16, 256), (16, 256, 16, 256), (17, 688, 32, 688),
+                                                (0, 130, 16, 144), (40, 130, 48, 144)])
+def test_row_tiles_pads_to_whole_tiles_with_rows_on_64_byte_boundaries(m, k, rows, stride):
+    x = torch.randn(m, k)
+    tiles = row_tiles(x)
+    assert tiles.shape == (rows, k) and tiles.stride() == (stride, 1)
+    assert tiles.data_ptr() % 64 == 0
+    assert torch.equal(tiles[:m], x) and not tiles[m:].any()
 
 
 def test_split_k_changes_bits_but_not_value():

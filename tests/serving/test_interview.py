@@ -1,7 +1,7 @@
 """`sandbox interview` end to end: the page, `sandbox ask`, `sandbox diagnose --file`, and a clean end.
 
 Runs after the session stack is down (see STACK_ORDER): the interview starts its own stack on the
-test ports, with the short slow-replica incident from tests/drill/incidents.
+test ports, with the short incident of tests/drill/incidents (one replica on other numerics).
 """
 import json
 import os
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sandbox import ray_cluster
-from test_drill_interrupt import SHORT_INCIDENTS, _cgroups, _reader, _wait_for
+from test_drill_interrupt import SHORT_INCIDENT, _cgroups, _reader, _wait_for, wait_for_page
 from test_teardown import RAY_PROCESS_MARKS, processes
 
 pytestmark = [pytest.mark.stack, pytest.mark.teardown]
@@ -24,7 +24,7 @@ def test_an_interview_pages_logs_asks_grades_the_diagnosis_and_ends_cleanly(stac
     stack.cli("down")
     runs, incidents = tmp_path / "runs", tmp_path / "incidents"
     incidents.mkdir()
-    shutil.copy(SHORT_INCIDENTS / "slow-replica.yaml", incidents)
+    shutil.copy(SHORT_INCIDENT, incidents)
     env = dict(stack.env, SANDBOX_INCIDENTS=str(incidents), SANDBOX_RUNS=str(runs))
     groups_before = _cgroups()
     proc = subprocess.Popen([sys.executable, "-m", "sandbox.cli", "interview", "--seed", "1"], env=env,
@@ -37,19 +37,22 @@ def test_an_interview_pages_logs_asks_grades_the_diagnosis_and_ends_cleanly(stac
                               text=True, timeout=120)
     try:
         run_dir = _wait_for(lambda: next(runs.glob("*"), None) if runs.is_dir() else None, 180, "the run directory")
-        _wait_for(lambda: json.loads((run_dir / "run.json").read_text()).get("page"), 240, "the page")
+        wait_for_page(run_dir, 240)
         _wait_for(lambda: any("sandbox ask" in line for line in lines), 10, "the interview page")
         assert not any("Prometheus UI" in line for line in lines)  # no dashboards in an interview
-        asked = cli("ask", "latency-by-replica", "--json")
+        asked = cli("ask", "canary", "--json")
         assert asked.returncode == 0, asked.stderr
-        series = json.loads(asked.stdout)["queries"][0]["series"]
-        assert len(series) >= 2  # ITL p99 for each replica
-        replica = max(series, key=lambda s: s["last"] or 0)["series"].split("=")[1]
-        d = {"run": run_dir.name, "root_cause": "cpu-throttled-replica",
-             "location": {"replica": replica, "version": None, "component": "node"},
-             "evidence": [{"query": "max(rate(sandbox:replica_cpu_throttled_seconds_total[30s]))",
-                           "observation": "one replica is throttled"}],
-             "hypotheses": [], "remediation": "drain-replica", "summary": "one replica is CPU-throttled"}
+        # The replica whose answers to repeated prompts changed (as a candidate reads this table).
+        by_replica = next(q for q in json.loads(asked.stdout)["queries"] if q["label"] == "mismatch by replica")
+        assert len(by_replica["series"]) >= 2, by_replica  # both replicas answered repeats
+        worst = max(by_replica["series"], key=lambda s: s["max"] or 0)
+        replica = worst["series"].split("=")[1]
+        d = {"run": run_dir.name, "root_cause": "replica-numerics-mismatch",
+             "location": {"replica": replica, "version": None, "component": "numerics"},
+             "evidence": [{"query": 'sum(rate(sandbox_canary_consistency_checks_total{mode="greedy",result="mismatch"}[30s]))'
+                                    ' / sum(rate(sandbox_canary_consistency_checks_total{mode="greedy"}[30s]))',
+                           "observation": "repeated greedy prompts get other answers"}],
+             "hypotheses": [], "remediation": "restart-replica", "summary": "one replica computes in float32"}
         (tmp_path / "d.yaml").write_text(yaml.safe_dump(d))
         graded = cli("diagnose", "--file", str(tmp_path / "d.yaml"), "--json")
         assert graded.returncode == 0, graded.stderr
@@ -65,7 +68,7 @@ def test_an_interview_pages_logs_asks_grades_the_diagnosis_and_ends_cleanly(stac
     assert report["counted"] and report["score"] >= 60, report
     assert report["time_to_diagnosis_s"] is not None
     asks = [json.loads(line) for line in (run_dir / "asks.jsonl").read_text().splitlines()]
-    assert [a["evidence"] for a in asks] == ["latency-by-replica"]
+    assert [a["evidence"] for a in asks] == ["canary"]
     assert (run_dir / "diagnoses" / "01.grade.json").is_file() and (run_dir / "debrief" / "debrief.md").is_file()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "ended"
     assert _cgroups() == groups_before and not ray_cluster.head_running()
