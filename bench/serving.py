@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox.deployer import deploy_changes
-from sandbox.prometheus import PrometheusClient
-from sandbox.settings import SandboxConfig
-from sandbox.stack import Stack
+from incidents.profiles import PROFILES, SampledRequest
 from sandbox.traffic.generator import TrafficStats, run_traffic, send_request
-from sandbox.traffic.profiles import PROFILES, SampledRequest
+from services.stack.deployer import deploy_changes
+from services.stack.prometheus import PrometheusClient
+from services.stack.settings import SandboxConfig
+from services.stack.stack import Stack
 
 PORTS = {"ray_port": 6399, "dashboard_port": 8285, "metrics_export_port": 8099, "api_port": 8019,
          "prometheus_port": 9109, "traffic_port": 9419}

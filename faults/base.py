@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, ClassVar, Self
 
+from services.stack.serve_control import ServeControl
+
 if TYPE_CHECKING:
-    from sandbox.serve_control import ServeControl
-    from sandbox.settings import SandboxConfig
-    from sandbox.state import StackState
+    from services.stack.settings import SandboxConfig
+    from services.stack.state import StackState
 
 
 class InvalidFault(ValueError):
@@ -54,7 +55,7 @@ def _stay_on_loopback() -> None:
     """Let this driver reach a Ray head that listens on loopback only.
 
     `sandbox up` starts a loopback head with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
-    (sandbox/ray_cluster.py); without the same switch a driver turns 127.0.0.1
+    (services/stack/ray_cluster.py); without the same switch a driver turns 127.0.0.1
     into the machine's interface address and never finds the GCS. Ray reads the
     variable when it is imported, so the constant it was read into is set too.
     """
@@ -82,8 +83,6 @@ class FaultContext:
 
     def serve(self) -> ServeControl:
         """Serve's REST API on the dashboard (replica ids, pids, deployment state)."""
-        from sandbox.serve_control import ServeControl
-
         if self._serve is None:
             self._serve = ServeControl(self.state.dashboard_url)
         return self._serve
@@ -98,6 +97,7 @@ class FaultContext:
 
         import ray
 
+        # Ray (and the runtime actor's module, which needs it) loads only where a fault talks to the cluster.
         from services.serve.replica_runtime import NAMESPACE
 
         if not ray.is_initialized():
@@ -110,7 +110,7 @@ class FaultContext:
 
     def runtime(self):
         """The cluster's ReplicaRuntime actor (services/serve/replica_runtime.py)."""
-        from services.serve.replica_runtime import runtime_actor
+        from services.serve.replica_runtime import runtime_actor  # needs Ray: see connect_ray
 
         self.connect_ray()
         return runtime_actor()
@@ -137,6 +137,11 @@ class Fault:
     """A fault type's fields are its dataclass fields; `_`-prefixed ones are what inject recorded."""
     type: ClassVar[str] = ""
     component: ClassVar[str] = ""
+    # What the rest of the house asks of a fault, so nothing outside faults/ tests a type name:
+    needs_ray: ClassVar[bool] = False  # talks to the cluster as a Ray driver (a drill connects before traffic)
+    node: ClassVar[str | None] = None  # the node kind it acts on: None (any stack) or "container"
+    new_version: ClassVar[bool] = False  # rolls out a new version (a location's `version: injected`)
+    public: ClassVar[bool] = False  # as visible as any change (a deploy's log): its type name is not a leak
     _injected: bool = field(default=False, init=False, repr=False, compare=False)
     _location: Location = field(default_factory=Location, init=False, repr=False, compare=False)
 

@@ -26,6 +26,7 @@ class ContainerCpuQuota(Fault):
     """`replica: random | <index>` (among replicas in containers), `cpu_fraction`: CPUs the container may use."""
     type: ClassVar[str] = "container-cpu-quota"
     component: ClassVar[str] = "node"
+    node: ClassVar[str | None] = "container"
     cpu_fraction: float
     replica: str | int = "random"
     _target: ContainerTarget | None = field(default=None, init=False, repr=False)

@@ -23,6 +23,7 @@ class ContainerKill(Fault):
     """`replica: random | <index>` (among replicas in containers), `restart_after_s` (optional)."""
     type: ClassVar[str] = "container-kill"
     component: ClassVar[str] = "node"
+    node: ClassVar[str | None] = "container"
     replica: str | int = "random"
     restart_after_s: float | None = None
     _target: ContainerTarget | None = field(default=None, init=False, repr=False)

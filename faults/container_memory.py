@@ -36,6 +36,7 @@ class ContainerMemoryLimit(Fault):
     """`replica: random | <index>` (among replicas in containers), `limit_mb`: the container's memory limit."""
     type: ClassVar[str] = "container-memory-limit"
     component: ClassVar[str] = "node"
+    node: ClassVar[str | None] = "container"
     limit_mb: int
     replica: str | int = "random"
     _target: ContainerTarget | None = field(default=None, init=False, repr=False)

@@ -22,6 +22,7 @@ class ContainerPause(Fault):
     """`replica: random | <index>` (among replicas in containers), `seconds`: how long the container is frozen."""
     type: ClassVar[str] = "container-pause"
     component: ClassVar[str] = "node"
+    node: ClassVar[str | None] = "container"
     seconds: float
     replica: str | int = "random"
     _target: ContainerTarget | None = field(default=None, init=False, repr=False)

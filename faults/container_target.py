@@ -2,7 +2,7 @@
 
 A replica's Ray node (Serve's REST API gives its node id) is a container node
 when Ray's node name is the name of a container the sandbox started
-(sandbox/container_node.py names each node after its container). `replica:
+(services/stack/container_node.py names each node after its container). `replica:
 random | <index>` picks among the replicas that run in containers, sorted by id.
 
     target = pick(ctx, "random")          # ContainerTarget(replica_id, name, node_id)
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from faults.base import FaultContext, InjectionFailed
 from faults.replicas import Replica, list_replicas, select
-from sandbox.container_node import (
+from services.stack.container_node import (
     ContainerNode,
     EngineUnavailable,
     alive_nodes,

@@ -1,6 +1,6 @@
 """Faults that go out as deploys: a new version with changed settings, or runtime knobs on every replica.
 
-Both go through `sandbox.deployer.deploy_changes`, exactly as `sandbox deploy
+Both go through `services.stack.deployer.deploy_changes`, exactly as `sandbox deploy
 --set key=value` does, so Serve does what it does for any deploy: a rolling
 update to a new version (`deploy`), or `reconfigure()` in place (`knobs`).
 Each records the value every key had before, and its revert deploys those
@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from faults.base import Fault, FaultContext, InvalidFault, Location, check_mapping
+from services.engine.config import EngineConfig
+from services.serve.config import ReplicaKnobs, ServeAppConfig, default_config_path
+from services.stack.deploy_config import SERVER, DeployConfig
+from services.stack.deployer import deploy_changes
 
 
 def _default(cls, name: str):
@@ -29,9 +33,6 @@ def _assignment(key: str, value) -> str:
 
 
 def _repo_config():
-    from sandbox.deploy_config import DeployConfig
-    from services.serve.config import default_config_path
-
     return DeployConfig.load(default_config_path())
 
 
@@ -40,6 +41,8 @@ class Deploy(Fault):
     """`set: {key: value}` as in `sandbox deploy --set` (engine.<field>, <engine field>, app args); a new version."""
     type: ClassVar[str] = "deploy"
     component: ClassVar[str] = "deployment"
+    new_version: ClassVar[bool] = True
+    public: ClassVar[bool] = True  # every deploy is in the deploy log, as in any deploy
     set: dict
     version: str | None = None  # the new version's label; None = the next one (v1 -> v2)
     _previous: dict | None = field(default=None, init=False, repr=False)  # key -> value before; None: nothing deployed
@@ -72,9 +75,6 @@ class Deploy(Fault):
         return [_assignment(k, v) for k, v in self.set.items()]
 
     def _inject(self, ctx: FaultContext) -> None:
-        from sandbox.deploy_config import DeployConfig
-        from sandbox.deployer import deploy_changes
-
         current = DeployConfig.load(Path(ctx.state.deployed_config))
         self._previous = {key: _current_value(current, key) for key in self.set}
         self._previous_version = current.version
@@ -89,8 +89,6 @@ class Deploy(Fault):
         self._location = Location(version=report["version"], component=self.component)
 
     def _revert(self, ctx: FaultContext) -> None:
-        from sandbox.deployer import deploy_changes
-
         if self._previous is None:
             return
         back = [_assignment(k, v) for k, v in self._previous.items()]
@@ -101,9 +99,6 @@ class Deploy(Fault):
 
 def _current_value(config, key: str):
     """What `key` (as `sandbox deploy --set` names it) is in `config`, or its default."""
-    from services.engine.config import EngineConfig
-    from services.serve.config import ServeAppConfig
-
     section, _, name = key.rpartition(".")
     engine_fields = {f.name for f in fields(EngineConfig)}
     app_fields = {f.name for f in fields(ServeAppConfig)} - {"engine"}
@@ -122,8 +117,6 @@ class Knobs(Fault):
     _previous: dict | None = field(default=None, init=False, repr=False)
 
     def validate(self) -> None:
-        from services.serve.config import ReplicaKnobs
-
         check_mapping("set", self.set)
         known = [f.name for f in fields(ReplicaKnobs)]
         for key in self.set:
@@ -135,10 +128,6 @@ class Knobs(Fault):
                 raise InvalidFault(f"set.{key}", str(e)) from None
 
     def _inject(self, ctx: FaultContext) -> None:
-        from sandbox.deploy_config import SERVER, DeployConfig
-        from sandbox.deployer import deploy_changes
-        from services.serve.config import ReplicaKnobs
-
         current = DeployConfig.load(Path(ctx.state.deployed_config))
         knobs = current.deployment(SERVER).get("user_config") or {}
         self._previous = {k: knobs.get(k, _default(ReplicaKnobs, k)) for k in self.set}
@@ -148,8 +137,6 @@ class Knobs(Fault):
         self._location = Location(version=report["version"], component=self.component)
 
     def _revert(self, ctx: FaultContext) -> None:
-        from sandbox.deployer import deploy_changes
-
         if self._previous is None:
             return
         back = [_assignment(f"knobs.{k}", v) for k, v in self._previous.items()]

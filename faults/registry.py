@@ -20,13 +20,13 @@ from faults.replica_override import ReplicaOverride
 
 FAULT_TYPES: dict[str, type[Fault]] = {cls.type: cls for cls in (
     Deploy, Knobs, ReplicaOverride, CpuThrottle, Pause,
-    # the container-level ones act on the container node that holds a replica (sandbox/container_node.py)
+    # the container-level ones act on the container node that holds a replica (services/stack/container_node.py)
     ContainerCpuQuota, ContainerPause, ContainerMemoryLimit, ContainerKill)}
 
 
-def needs_container(spec: dict) -> bool:
-    """The fault acts on a container node (the stack must run one)."""
-    return str(spec.get("type", "")).startswith("container-")
+def fault_class(spec) -> type[Fault] | None:
+    """The class a spec names (what the fault says of itself), or None when it names no known type."""
+    return FAULT_TYPES.get(spec.get("type")) if isinstance(spec, dict) else None
 
 
 def fields_of(fault_type: str) -> dict[str, bool]:

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from faults.base import Fault, FaultContext, InjectionFailed, InvalidFault, Location, check_mapping, check_replica
+from faults.deploys import _repo_config
 from faults.replicas import Replica, is_running, list_replicas, select
+from services.engine.config import EngineConfig
+from services.serve.config import ServeAppConfig
 
 
 def deployed_engine_config():
     """The EngineConfig that services/serve_config.yaml deploys (what settings are checked against)."""
-    from faults.deploys import _repo_config
-    from services.serve.config import ServeAppConfig
-
     return ServeAppConfig.from_dict(_repo_config().args).engine_config()
 
 
@@ -34,14 +34,13 @@ class ReplicaOverride(Fault):
     """`set: {EngineConfig field: value}` on ONE replica (`replica: random | <index>`), in place."""
     type: ClassVar[str] = "replica-override"
     component: ClassVar[str] = "engine"
+    needs_ray: ClassVar[bool] = True  # the runtime actor takes the settings
     set: dict
     replica: str | int = "random"
     poll_s: ClassVar[float] = 0.5
     _target: Replica | None = field(default=None, init=False, repr=False)
 
     def validate(self) -> None:
-        from services.engine.config import EngineConfig
-
         check_replica(self.replica)
         check_mapping("set", self.set)
         known = [f.name for f in dataclasses.fields(EngineConfig)]

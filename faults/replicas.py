@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults.base import FaultContext, InjectionFailed
-from sandbox.deploy_config import SERVER
+from services.stack.deploy_config import SERVER
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.deploys import Deploy
+from faults.registry import fault_class
 from incidents import promql, taxonomy
 from incidents.reader import IDENTIFIER, KEBAB, Reader, spec_field
 from incidents.script import (
@@ -78,7 +80,7 @@ def _setup(r: Reader, top: dict | None, fault_validator: FaultValidator) -> dict
     if m is None:
         return {}
     try:
-        fault_validator({"type": "deploy", "set": dict(m)})
+        fault_validator({"type": Deploy.type, "set": dict(m)})
     except ValueError as e:
         field, message = spec_field({"set": m}, e)
         r.error(("setup",) + (field[1:] if field[:1] == ("set",) else field), message)
@@ -197,7 +199,8 @@ def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator
         faults = r.sequence(v, path, "faults") or []
         for i, spec in enumerate(faults):
             _fault(r, spec, path + ("faults", i), fault_validator)
-            if isinstance(spec, dict) and str(spec.get("type", "")).startswith("container-") and node is None:
+            cls = fault_class(spec)
+            if cls is not None and cls.node == "container" and node is None:
                 r.error(path + ("faults", i, "type"), "a container fault needs a container node: "
                                                       "add `node: container` to the variant")
         traffic = None
@@ -273,8 +276,8 @@ def _location(r: Reader, answer: dict | None, path: Path_, faults: list) -> Loca
     specs = [f for f in faults if isinstance(f, dict)]
     if replica == INJECTED and not any("replica" in f for f in specs):
         r.error(path + ("replica",), "is 'injected' but no fault of this variant targets a replica")
-    if version == INJECTED and not any(f.get("type") == "deploy" for f in specs):
-        r.error(path + ("version",), "is 'injected' but no fault of this variant is a deploy")
+    if version == INJECTED and not any(getattr(fault_class(f), "new_version", False) for f in specs):
+        r.error(path + ("version",), "is 'injected' but no fault of this variant rolls out a new version")
     return Location(replica, version, component)
 
 

@@ -12,7 +12,9 @@ import random
 from pathlib import Path
 from typing import Any
 
+from faults.registry import build
 from incidents.parser import parse_incident
+from incidents.profiles import PROFILES
 from incidents.script import (  # noqa: F401 - re-exported: callers import the whole schema from here
     DIRECTIONS,
     INJECTED,
@@ -31,36 +33,10 @@ from incidents.script import (  # noqa: F401 - re-exported: callers import the w
 from incidents.source import IncidentError, Problem, Problems, load_marked
 
 
-def check_fault_type(spec: dict[str, Any]) -> None:
-    """The fallback fault check when faults/ offers no validator: a spec names its type."""
-    if not isinstance(spec.get("type"), str) or not spec["type"].strip():
-        raise ValueError("type: a fault names its type (a non-empty string)")
-
-
-def default_fault_validator() -> FaultValidator:
-    """faults.registry.build, then the fault's own validate(), when faults/ is importable; else check_fault_type.
-
-    Both raise ValueError naming the field ("cpu_fraction: must be in (0, 1]"); neither touches the stack.
-    """
-    try:
-        from faults.registry import build
-    except ImportError:
-        return check_fault_type
-
-    def validate(spec: dict[str, Any]) -> None:
-        fault = build(spec)
-        if callable(getattr(fault, "validate", None)):
-            fault.validate()
-    return validate
-
-
-def traffic_profiles() -> set[str] | None:
-    """The traffic profile names, or None (not checked) when the traffic package cannot be imported."""
-    try:
-        from sandbox.traffic.profiles import PROFILES
-    except ImportError:
-        return None
-    return set(PROFILES)
+def default_fault_validator(spec: dict[str, Any]) -> None:
+    """faults.registry.build, then the fault's own validate(): a ValueError names the field
+    ("cpu_fraction: must be in (0, 1]"); neither touches the stack."""
+    build(spec).validate()
 
 
 def load_incident(path: str | Path, fault_validator: FaultValidator | None = None) -> Incident:
@@ -72,7 +48,7 @@ def load_incident(path: str | Path, fault_validator: FaultValidator | None = Non
         raise IncidentError([Problem(str(path), 1, "", f"cannot read: {e.strerror or e}")]) from e
     data, lines = load_marked(text, str(path))
     return parse_incident(data, Problems(str(path), lines), path.stem,
-                          fault_validator or default_fault_validator(), traffic_profiles())
+                          fault_validator or default_fault_validator, set(PROFILES))
 
 
 def load_catalogue(dir: str | Path = "incidents", fault_validator: FaultValidator | None = None) -> dict[str, Incident]:

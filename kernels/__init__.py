@@ -4,6 +4,8 @@ Every op has `<op>_ref` (plain torch, the readable definition and the CPU
 path), `<op>_triton` (the GPU path) and a dispatcher `<op>(..., backend=)`
 choosing between them (see `resolve_backend`). Importing this package does
 not import Triton; a Triton kernel imports it on first launch.
+
+The bottom of the house: imports nothing of the project (tests/test_imports.py).
 """
 
 from kernels.backend import resolve_backend

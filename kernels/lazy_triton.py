@@ -40,7 +40,7 @@ class LazyKernel:
             self.fn.__globals__["tl"] = tl
             self._jitted = triton.jit(self.fn)
             if type(self._jitted).__name__ == "InterpretedFunction":
-                from kernels.interpreter_fixes import fix_interpreter
+                from kernels.interpreter_fixes import fix_interpreter  # imports triton: only once it may
 
                 fix_interpreter()
         return self._jitted

@@ -19,6 +19,8 @@ from pathlib import Path
 from sandbox.canary.endpoint import MetricsEndpoint
 from sandbox.canary.metrics import CanaryMetrics
 from sandbox.canary.prober import CanaryProber, ProberConfig
+from services.stack.settings import SandboxConfig
+from services.stack.state import NoStackError, StackState
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,8 +43,6 @@ def _parser() -> argparse.ArgumentParser:
 def _from_running_sandbox(args: argparse.Namespace) -> None:
     if args.api and args.model and args.targets_dir:
         return
-    from sandbox.settings import SandboxConfig
-    from sandbox.state import NoStackError, StackState
 
     try:
         state = StackState.load(SandboxConfig.from_env().state_file)

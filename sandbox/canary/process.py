@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from sandbox.canary.endpoint import target_file
-from sandbox.state import stop_pid
+from services.stack.state import stop_pid
 
 
 def spawn(api_url: str, model: str, targets_dir: Path, log_file: Path, *, first_port: int = 9450,

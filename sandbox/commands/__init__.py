@@ -1,6 +1,9 @@
 """`sandbox` subcommands for the serving stack, registered on the one typer app in `sandbox.cli`."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import typer
 
 

@@ -1,13 +1,16 @@
 """What every stack command needs: the config, the running stack's state, error exits."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import json
 
 import typer
 from rich.console import Console
 
-from sandbox.settings import SandboxConfig
-from sandbox.state import NoStackError, StackState
+from services.stack.settings import SandboxConfig
+from services.stack.state import NoStackError, StackState
 
 console = Console()
 err_console = Console(stderr=True)

@@ -1,6 +1,9 @@
 """`sandbox taxonomy` and `sandbox diagnose`: the ids a diagnosis may use, and the diagnosis format."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 from pathlib import Path
 
 import typer
@@ -128,7 +131,7 @@ def _grade(cfg, recorded, run: Path, diagnosis, debrief_home: Path | None, debri
     from incidents.schema import IncidentError, load_catalogue
     from sandbox.grading.grader import Grader
     from sandbox.grading.recorded import RecordedPrometheus
-    from sandbox.prometheus import PrometheusError
+    from services.stack.prometheus import PrometheusError
 
     try:
         incident = load_catalogue(cfg.incidents)[recorded.incident_id]

@@ -1,13 +1,16 @@
 """`sandbox drill` and `sandbox verify`: run an incident; check that it is a fair drill."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import random
 
 import typer
 from rich.panel import Panel
 
 from sandbox.commands.common import config, console, err_console, fail, print_json
-from sandbox.compose_backend import BACKEND_HELP, Backend
+from services.stack.compose_backend import BACKEND_HELP, Backend
 
 INCIDENTS_HELP = "incident id (symptom-named), e.g. ttft-after-deploy; `sandbox drill --list` shows them"
 
@@ -45,7 +48,7 @@ def _pick(catalogue: dict, incident: str | None, pick_random: bool, seed: int, v
 def _runnable_variant(inc, variant: str, seed: int) -> str:
     """The seeded variant, or, when it needs a container node and no Docker engine answers, a seeded
     choice among the others (with a note)."""
-    from sandbox.container_node import unrunnable
+    from services.stack.container_node import unrunnable
 
     problem = unrunnable(inc.variants[variant])
     if problem is None:
@@ -177,8 +180,8 @@ def _check_plan(inc, variant, seed, duration) -> None:
 
 def _compose_up(as_json: bool):
     """The compose stack for a drill: None if one was running (reused), else the backend that started it."""
-    from sandbox.compose_backend import ComposeBackend, ComposeUnavailable
-    from sandbox.progress import Steps
+    from services.stack.compose_backend import ComposeBackend, ComposeUnavailable
+    from services.stack.progress import Steps
 
     backend = ComposeBackend(config(), Steps(None if as_json else console))
     try:
@@ -191,7 +194,7 @@ def _compose_up(as_json: bool):
 
 def _runnable_cases(cases: list) -> list:
     """`--all` without a Docker engine: variants that need a container node are skipped, with a note."""
-    from sandbox.container_node import unrunnable
+    from services.stack.container_node import unrunnable
 
     kept = [(inc, v) for inc, v in cases if unrunnable(inc.variants[v]) is None]
     for inc, v in cases:
@@ -245,14 +248,14 @@ def _print_table(rows: list[dict]) -> None:
 
 def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None, open_ended=False):
     from sandbox.drill.runner import Drill
-    from sandbox.progress import Steps
+    from services.stack.progress import Steps
 
     cfg = config()
     steps = Steps(None if as_json else console)
 
     def on_page(page):
         if not as_json:
-            from sandbox.state import StackState
+            from services.stack.state import StackState
 
             console.print(page_panel(page, StackState.load(cfg.state_file)))
             if not headless:

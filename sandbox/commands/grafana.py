@@ -6,6 +6,9 @@ Grafana that is unreachable or refuses exits 1 with the status and Grafana's mes
 """
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import os
 import time
 from pathlib import Path
@@ -41,7 +44,7 @@ def _target(url, token, user, password):
 
 
 def _prometheus_url(cfg) -> str:
-    from sandbox.state import NoStackError, StackState
+    from services.stack.state import NoStackError, StackState
 
     try:
         return StackState.load(cfg.state_file).prometheus_url or cfg.url(cfg.prometheus_port)
@@ -107,7 +110,7 @@ def annotate_after_drill(cfg, run_dir: Path, drill_pid: int, graded_at: float, w
     """
     from sandbox.grafana.annotations import annotate_run
     from sandbox.grafana.target import GrafanaError, GrafanaTarget
-    from sandbox.state import pid_alive
+    from services.stack.state import pid_alive
 
     try:
         target = GrafanaTarget.from_env()

@@ -1,6 +1,9 @@
 """`sandbox interview` and `sandbox ask`: a drill where evidence comes only when asked for, and is logged."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import json
 import time
 from pathlib import Path
@@ -47,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
         from sandbox.commands.drill import _catalogue, _pick
         from sandbox.drill.runner import Drill
-        from sandbox.progress import Steps
+        from services.stack.progress import Steps
 
         cfg = config()
         if active_interview(cfg):
@@ -81,7 +84,7 @@ def register(app: typer.Typer) -> None:
         """Reveal one named piece of evidence: its queries' last values, ranges and a terminal plot."""
         from sandbox.commands.replay import active_replay
         from sandbox.grading.evidence import CATALOGUE, piece, sparkline
-        from sandbox.prometheus import PrometheusClient, PrometheusError
+        from services.stack.prometheus import PrometheusClient, PrometheusError
 
         if list_all:
             rows = [{"name": p.name, "what": p.title} for p in CATALOGUE]

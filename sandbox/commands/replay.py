@@ -1,6 +1,9 @@
 """`sandbox record` and `sandbox replay`: one headless run packed as a file; served back read-only."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import json
 import os
 import shutil
@@ -67,7 +70,7 @@ def register(app: typer.Typer) -> None:
         from sandbox.drill.record import write_atomic
         from sandbox.grading.recorded import RecordedPrometheus, free_port
         from sandbox.grading.recording import unpack
-        from sandbox.prometheus import PrometheusError
+        from services.stack.prometheus import PrometheusError
 
         t_start = time.monotonic()
         cfg = config()

@@ -1,13 +1,16 @@
 """`sandbox up`, `down`, `status`, and `run` (up, traffic, a look at the metrics, down)."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import time
 
 import typer
 from rich.table import Table
 
 from sandbox.commands.common import config, console, fail, print_json, running_state
-from sandbox.compose_backend import BACKEND_HELP, Backend
+from services.stack.compose_backend import BACKEND_HELP, Backend
 
 
 def _urls(state) -> dict:
@@ -21,9 +24,9 @@ def up(
     backend: Backend = typer.Option("local", "--backend", help=BACKEND_HELP),  # noqa: B008
 ):
     """Start Ray, deploy the Serve app, start Prometheus; wait until every target is scraped."""
-    from sandbox.compose_backend import ComposeBackend, ComposeUnavailable
-    from sandbox.progress import Steps
-    from sandbox.stack import Stack, StackRunningError
+    from services.stack.compose_backend import ComposeBackend, ComposeUnavailable
+    from services.stack.progress import Steps
+    from services.stack.stack import Stack, StackRunningError
 
     cfg = config()
     if backend is Backend.compose and address is not None:
@@ -58,9 +61,9 @@ def up(
 def down(as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
          backend: Backend = typer.Option("local", "--backend", help=BACKEND_HELP)):  # noqa: B008
     """Stop everything the sandbox started (traffic generators, Ray, Prometheus)."""
-    from sandbox.compose_backend import ComposeBackend, ComposeUnavailable, owns
-    from sandbox.progress import Steps
-    from sandbox.stack import Stack
+    from services.stack.compose_backend import ComposeBackend, ComposeUnavailable, owns
+    from services.stack.progress import Steps
+    from services.stack.stack import Stack
 
     cfg, steps = config(), Steps(None if as_json else console)
     if backend is Backend.compose:
@@ -84,8 +87,8 @@ def down(as_json: bool = typer.Option(False, "--json", help="print one JSON obje
 
 def status(as_json: bool = typer.Option(False, "--json", help="print one JSON object")):
     """The running stack: URLs, Serve application and replicas, Prometheus targets."""
-    from sandbox.prometheus import PrometheusClient, PrometheusError
-    from sandbox.serve_control import ServeControl
+    from services.stack.prometheus import PrometheusClient, PrometheusError
+    from services.stack.serve_control import ServeControl
 
     cfg = config()
     state = running_state(cfg)
@@ -141,8 +144,8 @@ def run(
 ):
     """Bring the stack up, run traffic, show what Prometheus saw, and bring it down again."""
     from sandbox.commands.traffic import show_server_view, traffic_session
-    from sandbox.progress import Steps
-    from sandbox.stack import Stack, StackRunningError
+    from services.stack.progress import Steps
+    from services.stack.stack import Stack, StackRunningError
 
     cfg = config()
     stack = Stack(cfg, Steps(console))

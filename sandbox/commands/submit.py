@@ -6,6 +6,9 @@ Prometheus, over the baseline and the incident up to now; the debrief is written
 """
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import json
 import os
 import signal
@@ -118,7 +121,7 @@ def grade_live(cfg, run_dir: Path, diagnosis, interview: bool):
     from sandbox.grading.debrief import write_debrief
     from sandbox.grading.grader import Grader
     from sandbox.grading.recorded import RecordedRun
-    from sandbox.prometheus import PrometheusClient, PrometheusError
+    from services.stack.prometheus import PrometheusClient, PrometheusError
 
     recorded = RecordedRun(run_dir, cfg.keys_dir / f"{run_dir.name}.key", live=True)
     incident = load_catalogue(cfg.incidents)[recorded.incident_id]

@@ -1,6 +1,9 @@
 """`sandbox traffic`: open-loop traffic through the API, with a live and a final summary."""
 from __future__ import annotations
 
+# Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
+# start without loading what other commands need (the grader's plots, the engine, Ray's client).
+
 import asyncio
 
 import typer
@@ -50,8 +53,8 @@ async def _run_live(state, profile, rate, duration, seed, exporter, live: Live |
 
 
 def traffic_session(cfg, state, rate: float, duration: float, profile_name: str, seed: int, as_json: bool) -> dict:
+    from incidents.profiles import get_profile
     from sandbox.traffic.exporter import TrafficExporter
-    from sandbox.traffic.profiles import get_profile
 
     try:
         profile = get_profile(profile_name)
@@ -81,7 +84,7 @@ def traffic_session(cfg, state, rate: float, duration: float, profile_name: str,
 
 
 def show_server_view(state) -> None:
-    from sandbox.prometheus import PrometheusClient, PrometheusError
+    from services.stack.prometheus import PrometheusClient, PrometheusError
 
     client = PrometheusClient(state.prometheus_url)
     table = Table("server-side, from Prometheus", "value", "PromQL", title="what the metrics say")

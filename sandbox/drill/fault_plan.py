@@ -1,13 +1,14 @@
 """What a drill's faults are, built before anything starts, and the answer key they resolve to."""
 from __future__ import annotations
 
+from faults.deploys import Deploy
+from faults.registry import build
 from sandbox.drill.plan import DrillPlan
-from sandbox.state import StackState
+from services.stack.state import StackState
 
 
 def build_faults(plan: DrillPlan) -> list[list[tuple[dict, object]]]:
     """(spec, fault) for every fault of every planned event, built and validated; ValueError names the problem."""
-    from faults.registry import build
 
     built = []
     for ev in plan.events:
@@ -34,9 +35,8 @@ def setup_fault(incident):
     setup = getattr(incident, "setup", None)
     if not setup:
         return None
-    from faults.registry import build
 
-    spec = {"type": "deploy", "set": dict(setup)}
+    spec = {"type": Deploy.type, "set": dict(setup)}
     fault = build(spec)
     fault.validate()
     return spec, fault

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import httpx
 
+from faults.registry import FAULT_TYPES
+from services.stack.state import StackState
+
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "prefix-caching-disabled": ("prefix caching disabled", "prefix cache disabled", "prefix caching off",
                                 "prefix cache off", "disable prefix caching"),
@@ -55,7 +58,8 @@ def terms_for(answer: dict, variant_key: str, fault_types: list[str]) -> list[st
     terms = [answer["root_cause"], *SYNONYMS.get(answer["root_cause"], ())]
     if len(re.split(r"[-_\s]+", variant_key)) >= 2:
         terms.append(variant_key)
-    terms += [t for t in fault_types if t != "deploy" and len(re.split(r"[-_\s]+", t)) >= 2]
+    terms += [t for t in fault_types if not getattr(FAULT_TYPES.get(t), "public", False)
+              and len(re.split(r"[-_\s]+", t)) >= 2]
     terms += FAULT_TYPE_PHRASES
     return sorted({_norm(t) for t in terms})
 
@@ -78,13 +82,13 @@ class LeakScan:
 
     # -- surfaces ------------------------------------------------------------------
     def metrics(self, prom) -> None:
-        names = prom._get("/api/v1/label/__name__/values", {})
+        names = prom.label_values("__name__")
         self.scan("metrics", "metric names", "\n".join(names))
-        for label in prom._get("/api/v1/labels", {}):
+        for label in prom.label_names():
             self.scan("metrics", f"label {label}", label)
             if label == "__name__":
                 continue
-            values = prom._get(f"/api/v1/label/{label}/values", {})
+            values = prom.label_values(label)
             self.scan("metrics", f"values of label {label}", "\n".join(values))
 
     def api(self, api_url: str, model: str) -> None:
@@ -149,7 +153,6 @@ def _ancestors(pid: int) -> set[int]:
 
 def scan_drill(drill, prom) -> dict:
     """Every surface of a drill that has just run (stack still up)."""
-    from sandbox.state import StackState
 
     answer = drill.sealed_answer()
     scan = LeakScan(terms_for(answer, drill.plan.variant, [f["spec"].get("type", "") for f in drill.fault_log]))

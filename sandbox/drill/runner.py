@@ -19,19 +19,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faults.base import FaultContext, revert_all
 from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
-from sandbox.drill.interrupts import (
-    DrillInterrupted,
-    deferred_signals,
-    raise_interrupted,
-)
+from sandbox.drill.interrupts import DrillInterrupted, deferred_signals, raise_interrupted
 from sandbox.drill.plan import DrillPlan, make_plan
 from sandbox.drill.record import RunRecord, new_run_id, read_live_marker, write_atomic
 from sandbox.drill.traffic_runner import TrafficRunner
-from sandbox.progress import Steps
-from sandbox.prometheus import PrometheusClient, PrometheusError
-from sandbox.settings import SandboxConfig
-from sandbox.state import NoStackError, StackState, stop_pid
+from sandbox.traffic.exporter import TrafficExporter
+from services.stack.alerts import active_alerts, firing
+from services.stack.container_node import unrunnable
+from services.stack.progress import Steps
+from services.stack.prometheus import PrometheusClient, PrometheusError
+from services.stack.settings import SandboxConfig
+from services.stack.stack import Stack
+from services.stack.state import NoStackError, StackState, stop_pid
 
 
 @dataclass
@@ -67,8 +68,6 @@ class Drill:
         self.faults = build_faults(self.plan)
         self.node = incident.variants[variant].node  # "container": one replica runs in a container node
         if self.node is not None:
-            from sandbox.container_node import unrunnable
-
             problem = unrunnable(incident.variants[variant])
             if problem:
                 raise ValueError(f"variant {variant} runs a replica in a container node: {problem}")
@@ -114,9 +113,6 @@ class Drill:
 
     # -- start ---------------------------------------------------------------------
     def _start(self) -> None:
-        from sandbox.stack import Stack
-        from sandbox.traffic.exporter import TrafficExporter
-
         self.state = self._stack(Stack)
         run_id = new_run_id(self.incident.id)
         self.record = RunRecord.create(self.cfg.runs, self.cfg.keys_dir, run_id, {
@@ -164,10 +160,10 @@ class Drill:
         try:
             with self.steps.step("waiting until no alert is firing"):
                 deadline = time.monotonic() + timeout_s
-                while prom.firing_alerts() or _pending(prom):
+                while active := active_alerts(prom):
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"alerts still firing after {timeout_s:.0f}s on the reused stack: "
-                                           f"{[a['labels'].get('alertname') for a in prom.firing_alerts()]}")
+                                           f"{[a.name for a in active if a.state == 'firing']}")
                     time.sleep(2)
         finally:
             prom.close()
@@ -198,11 +194,9 @@ class Drill:
             time.sleep(self.poll_s)
 
     def _fault_context(self) -> None:
-        from faults.base import FaultContext
-
         rng = random.Random(f"faults/{self.plan.incident_id}/{self.plan.variant}/{self.seed}")
         self.ctx = FaultContext(self.cfg, self.state, rng, tick=self._watch_alerts)
-        if any(spec.get("type") == "replica-override" for faults in self.faults for spec, _ in faults):
+        if any(fault.needs_ray for faults in self.faults for _, fault in faults):
             self.ctx.connect_ray()  # before traffic: a driver joining later would show in Ray's job list
 
     def _apply(self, spec: dict, fault, kind: str) -> None:
@@ -251,18 +245,18 @@ class Drill:
 
     def _poll_alerts(self, t: float) -> None:
         try:
-            firing = self.prom.firing_alerts()
+            now_firing = firing(self.prom)
         except PrometheusError:
             return
-        for alert in firing:
-            name = alert["labels"].get("alertname")
+        for alert in now_firing:
+            name = alert.name
             if t < self.plan.inject_at_s:
                 self.early_alerts.append({"at_s": round(t, 1), "alert": name})
             if (self.page is None and self.incident.page.alert and name == self.incident.page.alert
                     and t >= self.plan.inject_at_s):
-                self.page = {"alert": name, "summary": alert.get("annotations", {}).get("summary", ""),
-                             "description": alert.get("annotations", {}).get("description", ""),
-                             "active_at": alert.get("activeAt"), "paged_at": time.time(), "at_s": round(t, 1)}
+                self.page = {"alert": name, "summary": alert.annotations.get("summary", ""),
+                             "description": alert.annotations.get("description", ""),
+                             "active_at": alert.active_since, "paged_at": time.time(), "at_s": round(t, 1)}
                 self.record.update_public(page=self.page)
                 self.record.event("page", t, alert=name)
                 self._seal()
@@ -276,8 +270,6 @@ class Drill:
         if self.record is not None:  # the incident ends here: what follows is the clean-up
             self.record.update_public(stopped=time.time())
         if self.injected:
-            from faults.base import revert_all
-
             with self.steps.step("reverting the injected changes"):
                 self.ctx.state = StackState.load(self.cfg.state_file)
                 errors += [f"revert: {e}" for e in revert_all(self.injected, self.ctx)]
@@ -300,8 +292,6 @@ class Drill:
         if self.prom is not None:
             self.prom.close()
         if self.started_stack and not self.keep_up:
-            from sandbox.stack import Stack
-
             try:
                 Stack(self.cfg, self.steps).down()
             except RuntimeError as e:
@@ -343,8 +333,5 @@ def _start_canary(state: StackState, log_file: Path) -> subprocess.Popen:
                              state.model_name, "--targets-dir", str(state.targets_dir)],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
-
-def _pending(prom: PrometheusClient) -> bool:
-    return any(a.get("state") == "pending" for a in prom._get("/api/v1/alerts", {})["alerts"])
 
 

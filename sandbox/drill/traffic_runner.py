@@ -21,8 +21,8 @@ import time
 
 import httpx
 
+from incidents.profiles import get_profile
 from sandbox.traffic.generator import RequestResult, TrafficStats, send_request
-from sandbox.traffic.profiles import get_profile
 
 
 class TrafficRunner:

@@ -22,6 +22,9 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from sandbox.drill.leaks import scan_drill
+from services.stack.alerts import first_firing
+
 PAGE_WITHIN_S = 120.0
 WARMUP_S = 30.0  # the first seconds of traffic fill caches and rate windows: not baseline
 SETTLE_S = 30.0  # rate windows need this long after the injection to show the new regime
@@ -117,12 +120,6 @@ def symptom_direction(incident) -> str:
     return "up"
 
 
-def first_firing(prom, alert: str, start: float, end: float) -> float | None:
-    rows = prom.query_range(f'ALERTS{{alertname="{alert}",alertstate="firing"}}', start, end, 1.0)
-    times = [float(ts) for row in rows for ts, v in row["values"] if float(v) == 1]
-    return min(times) if times else None
-
-
 def baseline_alerts(prom, start: float, end: float) -> list[str]:
     if end <= start:
         return []
@@ -199,7 +196,6 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     checks["others_quiet"] = {"pass": not fired and not moved_foreign, "family": own_family,
                               "other_pages_fired": fired, "other_pages_in_transition": transition,
                               "other_kinds_moved": moved_foreign, "primary_signals": quiet}
-    from sandbox.drill.leaks import scan_drill
 
     checks["no_leaks"] = scan_drill(drill, prom)
     checks["pass"] = all(c["pass"] for c in checks.values() if isinstance(c, dict))

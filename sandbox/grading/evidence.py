@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from incidents.taxonomy import suggestion
+
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -95,8 +97,6 @@ BY_NAME = {p.name: p for p in CATALOGUE}
 
 def piece(name: str) -> Piece:
     if name not in BY_NAME:
-        from incidents.taxonomy import suggestion
-
         raise ValueError(f"unknown evidence {name!r}{suggestion(name, BY_NAME)}; `sandbox ask --list` shows them")
     return BY_NAME[name]
 

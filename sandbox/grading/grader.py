@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from incidents.promql import metric_families
 from sandbox.drill.verify import OTHERS_REL_CHANGE, REL_CHANGE, family, observe
 from sandbox.grading.diagnosis import Diagnosis
+from sandbox.grading.evidence import BY_NAME
 from sandbox.grading.recorded import Windows
 
 POINTS = {"root_cause": 35, "location": 15, "evidence": 25, "hypotheses": 15, "remediation": 10}
@@ -202,8 +203,6 @@ class Grader:
         return Criterion("hypotheses", best, POINTS["hypotheses"], sentence, details)
 
     def discipline(self, asks: list[dict]) -> list[Criterion]:
-        from sandbox.grading.evidence import BY_NAME
-
         asked = [BY_NAME[a["evidence"]] for a in asks if a.get("evidence") in BY_NAME]
         names = [p.name for p in asked]
         latency = family(self.incident) == "latency"

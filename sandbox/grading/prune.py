@@ -20,7 +20,9 @@ import tempfile
 from pathlib import Path
 
 from incidents.promql import metric_families, promtool_binary
+from incidents.schema import load_catalogue
 from sandbox.grading.recorded import RecordedPrometheus, RecordedRun
+from services.stack.settings import SandboxConfig
 
 _SUFFIXES = ("", "_bucket", "_sum", "_count", "_total", "_created")
 ALWAYS = ("ALERTS",)
@@ -31,7 +33,7 @@ def _escape(value: str) -> str:
 
 
 def _names(prom, families: set[str]) -> list[str]:
-    all_names = prom._get("/api/v1/label/__name__/values", {})
+    all_names = prom.label_values("__name__")
     wanted = {f + s for f in families for s in _SUFFIXES}
     return sorted(n for n in all_names if n in wanted)
 
@@ -79,9 +81,6 @@ def prune(run_dir: Path, key_file: Path, incident, out_dir: Path, extra_exprs=()
 
 
 def main(argv=None) -> int:
-    from incidents.schema import load_catalogue
-    from sandbox.settings import SandboxConfig
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("out_dir", type=Path)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.drill.record import RunRecord
-from sandbox.prometheus import PrometheusClient, PrometheusError, find_binary, start_server
+from services.stack.prometheus import PrometheusClient, PrometheusError, find_binary, start_server
 
 READY_TIMEOUT_S = 30.0
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox.grafana.target import GrafanaError, GrafanaTarget, call
-from sandbox.settings import REPO_ROOT
+from services.stack.settings import REPO_ROOT
 
 BOARDS_DIR = REPO_ROOT / "dashboards" / "grafana"
 DATASOURCE_UID = "prometheus"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from sandbox.traffic.profiles import SampledRequest, TrafficProfile
+from incidents.profiles import SampledRequest, TrafficProfile
 
 
 @dataclass

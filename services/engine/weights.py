@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from kernels.quantized_weight import QuantizedWeight, quantize_weight
 from services.engine.numerics import Numerics
-from services.model.llama import LlamaConfig
+from services.model.llama import LlamaConfig, load_pretrained
 
 Linear = torch.Tensor | QuantizedWeight
 
@@ -94,7 +94,6 @@ def calibrate_kv_scale(path: str | Path, sample_ids: list[int]) -> float:
 
     RoPE rotates (k_i, k_{i+D/2}) pairs, so |k'| is bounded by the pair's norm.
     """
-    from services.model.llama import load_pretrained
 
     model = load_pretrained(path)
     half = model.config.head_dim // 2

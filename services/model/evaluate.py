@@ -10,13 +10,15 @@ import sys
 
 import torch
 
+from services.engine import LLM, SamplingParams
+from services.model.llama import load_pretrained
 from services.model.paths import draft_path, target_path
+from services.model.reference import greedy_generate
 from services.model.tasks import TASKS, check, eval_set
+from services.model.tokenizer import CharTokenizer
 
 
 def task_accuracy(model: str, n: int, **engine_config) -> dict[str, float]:
-    from services.engine import LLM, SamplingParams
-
     llm = LLM(model, **engine_config)
     params = SamplingParams(temperature=0, max_tokens=64)
     scores = {}
@@ -31,10 +33,6 @@ def task_accuracy(model: str, n: int, **engine_config) -> dict[str, float]:
 def draft_agreement(target: str, draft: str, n: int) -> float:
     """Share of answer positions where the draft's greedy next token equals the
     target's, teacher-forced on the target's own greedy continuation."""
-    from services.model.llama import load_pretrained
-    from services.model.reference import greedy_generate
-    from services.model.tokenizer import CharTokenizer
-
     tok = CharTokenizer.from_pretrained(target)
     t_model, d_model = load_pretrained(target), load_pretrained(draft)
     agree = total = 0

@@ -12,6 +12,9 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from services.engine.config import EngineConfig
+from services.model.paths import draft_path, early_draft_path, target_path
+
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -65,9 +68,6 @@ class ServeAppConfig:
 
     def engine_config(self):
         """The replica's EngineConfig (validated there, where the weights are)."""
-        from services.engine.config import EngineConfig
-        from services.model.paths import target_path
-
         kwargs = {"torch_threads": 1, **self.engine}
         kwargs["model"] = str(kwargs.get("model") or target_path())
         if kwargs.get("speculative_model") in SHIPPED_DRAFTS:  # a shipped checkpoint, by name
@@ -79,14 +79,10 @@ class ServeAppConfig:
 
 
 def _draft():
-    from services.model.paths import draft_path
-
     return draft_path()
 
 
 def _early_draft():
-    from services.model.paths import early_draft_path
-
     return early_draft_path()
 
 

@@ -16,6 +16,9 @@ A replica's engine can also be rebuilt in place with settings of its own
 """
 from __future__ import annotations
 
+# Lazy imports: the Serve controller and the app builder import this class; the engine (torch), its
+# metrics and the runtime actor load in the replica's own process, when it starts.
+
 import asyncio
 import dataclasses
 import os

@@ -5,7 +5,7 @@ Server-side metrics mirror vLLM's names and are recorded in the replicas with
 `ray_`, so `vllm:time_to_first_token_seconds` is recorded as
 `vllm_time_to_first_token_seconds`, leaves Ray's endpoint as
 `ray_vllm_time_to_first_token_seconds`, and the scrape job renames it back
-(`sandbox/prometheus_config.py`): what Prometheus stores and dashboards query
+(`services/stack/prometheus_config.py`): what Prometheus stores and dashboards query
 is vLLM's `vllm:time_to_first_token_seconds`. Our own server-side additions
 (device memory, replica CPU time and cgroup CPU bandwidth counters) live
 under `sandbox:` the same way.

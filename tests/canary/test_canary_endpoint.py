@@ -13,9 +13,9 @@ from prometheus_client import generate_latest
 from sandbox.canary import process
 from sandbox.canary.endpoint import MetricsEndpoint, target_file
 from sandbox.canary.metrics import CanaryMetrics
-from sandbox.settings import REPO_ROOT
 from services.model.tasks import TASKS, eval_set
 from services.serve import metric_names as names
+from services.stack.settings import REPO_ROOT
 
 ANSWERS = {e.prompt: e.answer for t in TASKS for e in eval_set(t)}
 promtool = shutil.which("promtool")
@@ -116,9 +116,9 @@ def test_a_spawned_canary_is_announced_and_stops_on_sigterm(fake_api, tmp_path):
 
 
 def test_sandbox_down_stops_a_running_canary(fake_api, tmp_path):
-    from sandbox.settings import SandboxConfig
-    from sandbox.stack import Stack
-    from sandbox.state import StackState, pid_alive
+    from services.stack.settings import SandboxConfig
+    from services.stack.stack import Stack
+    from services.stack.state import StackState, pid_alive
 
     cfg = SandboxConfig(home=tmp_path / "home")
     state = StackState(run_id="r", run_dir=str(tmp_path / "run"))  # nothing else started: no Ray, no Prometheus

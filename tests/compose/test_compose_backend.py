@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox.compose_backend import (
+from services.stack.compose_backend import (
     MARKER,
     PROJECT,
     ComposeBackend,
@@ -22,8 +22,8 @@ from sandbox.compose_backend import (
     engine_ping,
     owns,
 )
-from sandbox.compose_cluster import serve_config, stack_state
-from sandbox.settings import SandboxConfig
+from services.stack.compose_cluster import serve_config, stack_state
+from services.stack.settings import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_COMPOSE = shutil.which("docker-compose")

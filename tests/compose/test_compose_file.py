@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 import yaml
 
-from sandbox.alerts import rule_files
-from sandbox.compose_cluster import (
+from services.stack.alerts import rule_files
+from services.stack.compose_cluster import (
     HEAD_RESOURCE,
     PORTS,
     PROMETHEUS_CONFIG,
@@ -23,8 +23,8 @@ from sandbox.compose_cluster import (
     prometheus_config,
     serve_config,
 )
-from sandbox.deploy_config import INGRESS, SERVER
-from sandbox.settings import SandboxConfig
+from services.stack.deploy_config import INGRESS, SERVER
+from services.stack.settings import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose.yaml"
@@ -74,7 +74,7 @@ def test_every_service_of_the_deployment_is_defined():
     assert "--head" in services["ray-head"]["command"] and "--num-cpus=0" in services["ray-head"]["command"]
     for worker in ("ray-worker", "ray-worker-gpu"):
         assert "--address=127.0.0.1:6379" in services[worker]["command"]
-    assert services["sandbox"]["command"][-1].startswith("python -m sandbox.compose_cluster deploy")
+    assert services["sandbox"]["command"][-1].startswith("python -m services.stack.compose_cluster deploy")
 
 
 def _listen_ports(service: dict) -> tuple[set[int], set[tuple[int, int]]]:
@@ -150,7 +150,7 @@ def test_prometheus_loads_the_repos_rule_files_and_the_generated_config():
 
 def test_the_committed_prometheus_config_is_what_sandbox_generates():
     assert PROMETHEUS_CONFIG.read_text() == prometheus_config(), (
-        "docker/prometheus/prometheus.yml is stale: python -m sandbox.compose_cluster prometheus-config > "
+        "docker/prometheus/prometheus.yml is stale: python -m services.stack.compose_cluster prometheus-config > "
         "docker/prometheus/prometheus.yml")
 
 

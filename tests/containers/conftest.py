@@ -19,12 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.container_node import (
-    IMAGE,
-    EngineUnavailable,
-    docker_engine,
-    sandbox_containers,
-)
+from services.stack.container_node import IMAGE, EngineUnavailable, docker_engine, sandbox_containers
 
 DEFAULT_NETWORKS = {"bridge", "host", "none"}
 
@@ -49,7 +44,7 @@ class Engine:
         for c in sandbox_containers(self.client):
             c.remove(force=True)
         if not self.image_before:
-            from sandbox.container_node import remove_image
+            from services.stack.container_node import remove_image
 
             remove_image(self.client)
 

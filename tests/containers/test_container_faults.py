@@ -19,13 +19,13 @@ import pytest
 from faults import FaultContext, build
 from faults.container_target import cgroup_dir, container_replicas
 from faults.replicas import list_replicas
-from sandbox.container_node import alive_nodes, remove_image
-from sandbox.prometheus import PrometheusClient
-from sandbox.settings import SandboxConfig
-from sandbox.stack import Stack
+from incidents.profiles import PROFILES
 from sandbox.traffic.generator import run_traffic
-from sandbox.traffic.profiles import PROFILES
 from services.serve.cgroup_cpu import read_cpu_stat
+from services.stack.container_node import alive_nodes, remove_image
+from services.stack.prometheus import PrometheusClient
+from services.stack.settings import SandboxConfig
+from services.stack.stack import Stack
 
 PORTS = {"ray_port": 6393, "dashboard_port": 8279, "metrics_export_port": 8093, "api_port": 8013,
          "prometheus_port": 9103, "traffic_port": 9413}

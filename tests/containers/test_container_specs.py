@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-import sandbox.container_node as container_node
+import services.stack.container_node as container_node
 from faults import InvalidFault, build
 from incidents.schema import IncidentError, load_incident
 
@@ -102,7 +102,7 @@ def test_without_an_engine_container_variants_are_skipped_by_seeded_choice_and_a
 
 def test_without_an_engine_a_drill_of_a_container_variant_refuses_before_starting(no_engine, tmp_path):
     from sandbox.drill.runner import Drill
-    from sandbox.settings import SandboxConfig
+    from services.stack.settings import SandboxConfig
 
     with pytest.raises(ValueError, match="noisy-neighbour runs a replica in a container node: no Docker engine"):
         Drill(SandboxConfig(home=tmp_path), load_incident(SLOW_REPLICA), "noisy-neighbour", 0)

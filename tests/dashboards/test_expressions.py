@@ -4,7 +4,6 @@ import math
 import pytest
 
 from incidents.promql import check_many
-from sandbox.alerts import alert_names, rule_files
 from sandbox.grafana.expressions import (
     Expression,
     concrete,
@@ -15,6 +14,7 @@ from sandbox.grafana.expressions import (
     with_bool,
 )
 from sandbox.grafana.push import board_files
+from services.stack.alerts import alert_names, rule_files
 
 
 def test_grafana_variables_become_match_all_and_a_one_minute_window():

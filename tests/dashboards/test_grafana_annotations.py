@@ -15,7 +15,7 @@ from grafana_api import FakeGrafana
 from incidents import taxonomy
 from sandbox.commands.grafana import annotate_after_drill
 from sandbox.grafana.push import board_files
-from sandbox.settings import SandboxConfig
+from services.stack.settings import SandboxConfig
 
 FIXTURES = Path(__file__).parents[1] / "grading" / "fixtures"
 RUN = "20261130-172507-ttft-after-deploy"  # t0 1796059507.753, injected at 91.5 s, deploy v2, paged

@@ -6,8 +6,8 @@ from typing import ClassVar
 import pytest
 
 from faults.base import Fault, FaultContext, InjectionFailed, Location, revert_all
-from sandbox.settings import SandboxConfig
-from sandbox.state import StackState
+from services.stack.settings import SandboxConfig
+from services.stack.state import StackState
 
 
 @dataclass

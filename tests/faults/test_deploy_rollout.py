@@ -1,6 +1,6 @@
 """When a deploy fault's rollout counts as landed: the new config is Serve's target and one of its replicas ran."""
-from sandbox.deploy_config import DeployConfig
-from sandbox.deployer import _rolled_out_failing
+from services.stack.deploy_config import DeployConfig
+from services.stack.deployer import _rolled_out_failing
 
 
 def _config(max_num_seqs: int) -> DeployConfig:

@@ -14,9 +14,9 @@ import pytest
 
 from faults import FaultContext, InjectionFailed, build
 from faults.replicas import Process, Replica
-from sandbox.settings import SandboxConfig
-from sandbox.state import StackState
 from services.serve.cgroup_cpu import CpuStatCounter, cgroup_of, cpu_mount, read_cpu_stat
+from services.stack.settings import SandboxConfig
+from services.stack.state import StackState
 
 BUSY = "import sys\nwhile True: pass"
 

@@ -6,6 +6,7 @@ from faults import FAULT_TYPES, InvalidFault, build
 from faults.cpu_throttle import CpuThrottle
 from faults.deploys import Deploy, Knobs
 from faults.pause import Pause
+from faults.registry import fault_class
 from faults.replica_override import ReplicaOverride
 
 
@@ -79,3 +80,19 @@ def test_an_invalid_spec_names_its_field(spec, field, words):
 def test_a_fault_built_directly_is_validated_too():
     with pytest.raises(InvalidFault, match="cpu_fraction"):
         CpuThrottle(cpu_fraction=2)
+
+
+def test_each_fault_type_says_what_the_rest_of_the_house_asks_of_it():
+    described = {name: (cls.needs_ray, cls.node, cls.new_version, cls.public) for name, cls in FAULT_TYPES.items()}
+    assert described == {
+        "deploy": (False, None, True, True), "knobs": (False, None, False, False),
+        "replica-override": (True, None, False, False), "cpu-throttle": (False, None, False, False),
+        "pause": (False, None, False, False), "container-cpu-quota": (False, "container", False, False),
+        "container-pause": (False, "container", False, False),
+        "container-memory-limit": (False, "container", False, False),
+        "container-kill": (False, "container", False, False)}
+
+
+def test_fault_class_names_the_class_of_a_spec_or_none():
+    assert fault_class({"type": "pause", "seconds": 3}) is FAULT_TYPES["pause"]
+    assert fault_class({"type": "nope"}) is None and fault_class("deploy") is None

@@ -18,7 +18,7 @@ from sandbox.grading.diagnosis import load_diagnosis
 from sandbox.grading.grader import Grader
 from sandbox.grading.recorded import RecordedPrometheus, RecordedRun
 from sandbox.grading.recording import pack, unpack
-from sandbox.prometheus import find_binary, PrometheusError
+from services.stack.prometheus import PrometheusError, find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from incidents.schema import (
-    INJECTED,
-    IncidentError,
-    check_fault_type,
-    choose_variant,
-    load_catalogue,
-    load_incident,
-)
+from incidents.schema import INJECTED, IncidentError, choose_variant, load_catalogue, load_incident
 from tests.incidents.samples import VALID, edit, fake_faults, line_of, problem
 
 pytestmark = pytest.mark.usefixtures("promtool")
@@ -222,12 +215,6 @@ def test_every_problem_is_reported_at_once_in_line_order(refused):
 def test_broken_yaml_is_refused_with_its_line(refused, text, line, message):
     error, path = refused(text)
     assert str(error.problems[0]).startswith(f"{path}:{line}: {message}")
-
-
-def test_fallback_fault_check_wants_a_type():
-    check_fault_type({"type": "deploy"})
-    with pytest.raises(ValueError, match="^type: "):
-        check_fault_type({"set": {}})
 
 
 def test_catalogue_loads_every_file_by_id_and_reports_all_files_problems(tmp_path):

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from sandbox.prometheus import PrometheusClient
-from sandbox.settings import SandboxConfig
-from sandbox.stack import Stack
-from sandbox.state import StackState
+from services.stack.prometheus import PrometheusClient
+from services.stack.settings import SandboxConfig
+from services.stack.stack import Stack
+from services.stack.state import StackState
 
 TEST_PORTS = {"ray_port": 6389, "dashboard_port": 8275, "metrics_export_port": 8089, "api_port": 8009,
               "prometheus_port": 9099, "traffic_port": 9409}

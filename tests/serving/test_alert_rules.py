@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox import alerts
-from sandbox.prometheus_config import render
-from sandbox.settings import REPO_ROOT
 from services.serve import metric_names as names
+from services.stack import alerts
+from services.stack.prometheus_config import render
+from services.stack.settings import REPO_ROOT
 
 promtool = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(promtool is None, reason="promtool not installed (scripts/setup.sh installs it)")
@@ -218,12 +218,12 @@ def _seconds(duration: str) -> int:
     return sum(int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in re.findall(r"(\d+)([smh])", duration))
 
 
-# -- sandbox/alerts.py against a fake Prometheus API ----------------------------------------------------
+# -- services/stack/alerts.py against a fake Prometheus API ----------------------------------------------------
 
 def _fake_prometheus(routes: dict):
     import httpx
 
-    from sandbox.prometheus import PrometheusClient
+    from services.stack.prometheus import PrometheusClient
 
     seen = []
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox import alerts
 from sandbox.canary import process
 from sandbox.canary.endpoint import target_file
 from services.engine.config import EngineConfig
 from services.model.tasks import TASKS
+from services.stack import alerts
 
 pytestmark = pytest.mark.stack
 

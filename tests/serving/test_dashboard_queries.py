@@ -17,20 +17,16 @@ import time
 
 import pytest
 
-from sandbox.alerts import rule_files
+from incidents.profiles import PROFILES
 from sandbox.canary import process
-from sandbox.deployer import deploy_changes
-from sandbox.grafana.expressions import (
-    dashboard_expressions,
-    returns_data,
-    rule_expressions,
-)
+from sandbox.grafana.expressions import dashboard_expressions, returns_data, rule_expressions
 from sandbox.grafana.push import board_files
-from sandbox.serve_control import ServeControl, running_replicas
 from sandbox.traffic.exporter import TrafficExporter
 from sandbox.traffic.generator import run_traffic
-from sandbox.traffic.profiles import PROFILES
 from services.model.paths import target_path
+from services.stack.alerts import rule_files
+from services.stack.deployer import deploy_changes
+from services.stack.serve_control import ServeControl, running_replicas
 
 pytestmark = pytest.mark.stack
 

@@ -4,10 +4,10 @@ import threading
 
 import pytest
 
-from sandbox.deployer import deploy_changes
+from incidents.profiles import PROFILES
 from sandbox.traffic.generator import run_traffic
-from sandbox.traffic.profiles import PROFILES
 from services.model.paths import target_path
+from services.stack.deployer import deploy_changes
 
 pytestmark = pytest.mark.stack
 

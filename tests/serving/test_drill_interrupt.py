@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from sandbox import ray_cluster
-from sandbox.alerts import active_alerts, rule_files
-from sandbox.prometheus import PrometheusClient, PrometheusError
 from test_teardown import RAY_PROCESS_MARKS, processes
+
+from services.stack import ray_cluster
+from services.stack.alerts import active_alerts, rule_files
+from services.stack.prometheus import PrometheusClient, PrometheusError
 
 pytestmark = [pytest.mark.stack, pytest.mark.teardown]
 

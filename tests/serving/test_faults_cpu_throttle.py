@@ -10,8 +10,8 @@ import pytest
 
 from faults import FaultContext, build
 from faults.replicas import list_replicas
+from incidents.profiles import PROFILES
 from sandbox.traffic.generator import run_traffic
-from sandbox.traffic.profiles import PROFILES
 from services.serve.cgroup_cpu import cgroup_of, cpu_mount, read_cpu_stat
 
 pytestmark = pytest.mark.stack

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from faults import FaultContext, build
-from sandbox.deploy_config import SERVER, DeployConfig, next_version
+from services.stack.deploy_config import SERVER, DeployConfig, next_version
 
 pytestmark = pytest.mark.stack
 

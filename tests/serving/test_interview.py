@@ -12,10 +12,10 @@ import sys
 
 import pytest
 import yaml
-
-from sandbox import ray_cluster
 from test_drill_interrupt import SHORT_INCIDENT, _cgroups, _reader, _wait_for, wait_for_page
 from test_teardown import RAY_PROCESS_MARKS, processes
+
+from services.stack import ray_cluster
 
 pytestmark = [pytest.mark.stack, pytest.mark.teardown]
 

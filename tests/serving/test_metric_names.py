@@ -5,9 +5,9 @@ import subprocess
 import pytest
 from prometheus_client import generate_latest
 
-from sandbox.prometheus_config import render
 from sandbox.traffic.exporter import TrafficExporter
 from services.serve import metric_names as names
+from services.stack.prometheus_config import render
 
 BRIEF_FAMILIES = {
     "time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",

@@ -108,8 +108,8 @@ def test_a_client_that_stops_reading_after_a_few_chunks_gets_them_and_the_server
     import asyncio
     import random
 
+    from incidents.profiles import get_profile
     from sandbox.traffic.generator import send_request
-    from sandbox.traffic.profiles import get_profile
 
     before = stack.value('sum(vllm:request_success_total{finished_reason="abort"})')
     req = get_profile("documents").sample(random.Random(5))

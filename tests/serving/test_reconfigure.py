@@ -1,8 +1,8 @@
 """Runtime knobs reach the running replicas through reconfigure(), without a restart."""
 import pytest
 
-from sandbox.deployer import deploy_changes
-from sandbox.serve_control import ServeControl
+from services.stack.deployer import deploy_changes
+from services.stack.serve_control import ServeControl
 
 pytestmark = pytest.mark.stack
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from sandbox.serve_control import ServeControl, running_replicas
+from services.stack.serve_control import ServeControl, running_replicas
 
 pytestmark = pytest.mark.stack
 

@@ -3,10 +3,10 @@ import random
 
 import pytest
 
-from sandbox.deploy_config import SERVER, DeployConfig, next_version
-from sandbox.settings import SandboxConfig
-from sandbox.traffic.profiles import PROFILES, LengthBand, TrafficProfile
+from incidents.profiles import PROFILES, LengthBand, TrafficProfile
 from services.serve.config import ReplicaKnobs, ServeAppConfig, default_config_path
+from services.stack.deploy_config import SERVER, DeployConfig, next_version
+from services.stack.settings import SandboxConfig
 
 
 def config():

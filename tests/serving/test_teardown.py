@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import ray_cluster
-from sandbox.state import pid_alive
+from services.stack import ray_cluster
+from services.stack.state import pid_alive
 
 pytestmark = [pytest.mark.stack, pytest.mark.teardown]
 

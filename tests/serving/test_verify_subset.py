@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from sandbox import ray_cluster
+from services.stack import ray_cluster
 
 pytestmark = [pytest.mark.stack, pytest.mark.teardown]
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox.settings import REPO_ROOT, SandboxConfig
+from services.stack.settings import REPO_ROOT, SandboxConfig
 
 RAY_TEMP_DIR = Path("/tmp/ray")  # Ray's default; `ray stop` and address="auto" look here
 SD_FILE_NAME = "prom_metrics_service_discovery.json"

@@ -24,10 +24,12 @@ from urllib.parse import urlparse
 
 import httpx
 
-from sandbox.compose_cluster import COMPOSE_FILE, serve_config, stack_state
-from sandbox.progress import Steps
-from sandbox.settings import SandboxConfig
-from sandbox.state import NoStackError, StackState, pid_alive
+from services.stack.compose_cluster import COMPOSE_FILE, serve_config, stack_state
+from services.stack.progress import Steps
+from services.stack.prometheus import PrometheusClient
+from services.stack.settings import SandboxConfig
+from services.stack.stack import wait_scraped
+from services.stack.state import NoStackError, StackState, pid_alive
 
 PROJECT = "sandbox"  # container names: sandbox-ray-head-1 (v2) / sandbox_ray-head_1 (v1)
 MARKER = "compose.json"  # in the compose directory while the compose stack is up: how to bring it down
@@ -155,7 +157,6 @@ class ComposeBackend:
             state.save(self.cfg.state_file)
             with self.steps.step(f"waiting for the API and {deploy.replicas} replica(s) in Prometheus"):
                 self._wait_api(state.api_url)
-                from sandbox.stack import wait_scraped
 
                 wait_scraped(state, deploy.replicas, deploy.version, self.cfg.up_timeout_s)
         except BaseException as e:
@@ -169,8 +170,6 @@ class ComposeBackend:
     def up_unless_running(self) -> bool:
         """For a drill: reuse the compose stack if it is up (False), else bring it up (True: ours to stop)."""
         if owns(self.cfg):
-            from sandbox.prometheus import PrometheusClient
-
             state = StackState.load(self.cfg.state_file)
             client = PrometheusClient(state.prometheus_url, timeout_s=5)
             try:

@@ -90,9 +90,21 @@ class PrometheusClient:
     def targets(self) -> list[dict]:
         return self._get("/api/v1/targets", {"state": "active"})["activeTargets"]
 
-    def firing_alerts(self) -> list[dict]:
-        """Alerts in state `firing` right now: [{"labels", "annotations", "activeAt", ...}]."""
-        return [a for a in self._get("/api/v1/alerts", {})["alerts"] if a.get("state") == "firing"]
+    def alerts(self) -> list[dict]:
+        """The rule manager's pending and firing alerts, as Prometheus lists them (read them typed through
+        services.stack.alerts)."""
+        return self._get("/api/v1/alerts", {})["alerts"]
+
+    def rule_groups(self) -> list[dict]:
+        """The rule groups Prometheus has loaded, with each rule's health."""
+        return self._get("/api/v1/rules", {})["groups"]
+
+    def label_names(self) -> list[str]:
+        return self._get("/api/v1/labels", {})
+
+    def label_values(self, label: str) -> list[str]:
+        """Every value the label has (`__name__`: every metric name)."""
+        return self._get(f"/api/v1/label/{label}/values", {})
 
     def snapshot(self) -> str:
         """A TSDB snapshot (admin API); returns its name under <data dir>/snapshots/."""

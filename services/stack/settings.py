@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _default_home() -> Path:

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import yaml
 
+from services.engine.config import EngineConfig
 from services.serve.config import ReplicaKnobs, ServeAppConfig
 
 SERVER, INGRESS = "LLMServer", "OpenAIIngress"
 
 
 def _engine_fields() -> set[str]:
-    from services.engine.config import EngineConfig
-
     return {f.name for f in fields(EngineConfig)}
 
 

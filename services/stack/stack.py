@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sandbox import alerts, prometheus, ray_cluster
-from sandbox.deploy_config import INGRESS, SERVER, DeployConfig
-from sandbox.progress import Steps
-from sandbox.prometheus_config import render, write_ray_sd_file
-from sandbox.serve_control import ServeControl, running_replicas
-from sandbox.settings import SandboxConfig
-from sandbox.state import NoStackError, StackState, pid_alive, stop_pid
+from services.stack import alerts, prometheus, ray_cluster
+from services.stack.container_node import ContainerNode, NodeSpec, docker_engine, remove_container
+from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
+from services.stack.progress import Steps
+from services.stack.prometheus_config import render, write_ray_sd_file
+from services.stack.serve_control import ServeControl, running_replicas
+from services.stack.settings import SandboxConfig
+from services.stack.state import NoStackError, StackState, pid_alive, stop_pid
 
 
 class StackRunningError(RuntimeError):
@@ -114,8 +115,6 @@ class Stack:
             wait_scraped(state, deploy.replicas, deploy.version, cfg.up_timeout_s)
 
     def _start_container_nodes(self, state: StackState, count: int) -> None:
-        from sandbox.container_node import ContainerNode, NodeSpec, docker_engine
-
         client = docker_engine()
         ctl = ServeControl(state.dashboard_url)  # the nodes are found through the dashboard's state API
         try:
@@ -209,8 +208,6 @@ class Stack:
             return ["serve application"]
 
         def containers():
-            from sandbox.container_node import docker_engine, remove_container
-
             client = docker_engine()
             return [f"container node {name}" for name in state.container_nodes if remove_container(client, name)]
 

@@ -13,12 +13,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from sandbox.deploy_config import INGRESS, SERVER, DeployConfig
-from sandbox.progress import Steps
-from sandbox.serve_control import DeployError, ServeControl
-from sandbox.settings import SandboxConfig
-from sandbox.stack import wait_scraped
-from sandbox.state import StackState
+from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
+from services.stack.progress import Steps
+from services.stack.serve_control import DeployError, ServeControl
+from services.stack.settings import SandboxConfig
+from services.stack.stack import wait_scraped
+from services.stack.state import StackState
 
 
 def _same(a, b) -> bool:

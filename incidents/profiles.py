@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from services.model.tasks import MAKERS
 
+
 def _worked_examples(n: int, seed: int = 1234) -> str:
     rng = random.Random(seed)
     return "".join(f"{ex.prompt}{ex.answer}\n" for ex in (MAKERS[t](rng) for t in sorted(MAKERS) * n))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from sandbox.prometheus import PrometheusClient
-from sandbox.settings import REPO_ROOT
+from services.stack.prometheus import PrometheusClient
+from services.stack.settings import REPO_ROOT
 
 RULES_DIR = REPO_ROOT / "dashboards" / "rules"
 THRESHOLD_GROUP = "thresholds"  # recording rules whose value is a constant an alert compares against
@@ -72,13 +72,14 @@ class Alert:
     annotations: dict = field(default_factory=dict)
     active_at: float | None = None  # unix time it became pending
     value: float | None = None  # the expression's value at the last evaluation
+    active_since: str | None = None  # active_at as Prometheus wrote it (RFC 3339, nanoseconds)
 
 
 def active_alerts(client: PrometheusClient) -> list[Alert]:
     """Pending and firing alerts now, as Prometheus' rule manager sees them."""
-    rows = client._get("/api/v1/alerts", {})["alerts"]
     return [Alert(r["labels"].get("alertname", "?"), r["state"], r["labels"], r.get("annotations", {}),
-                  parse_time(r.get("activeAt")), _number(r.get("value"))) for r in rows]
+                  parse_time(r.get("activeAt")), _number(r.get("value")), r.get("activeAt"))
+            for r in client.alerts()]
 
 
 def firing(client: PrometheusClient) -> list[Alert]:
@@ -100,14 +101,14 @@ def fired_between(client: PrometheusClient, start: float, end: float, step_s: fl
 
 def loaded_alerts(client: PrometheusClient) -> list[str]:
     """The alerting rules Prometheus has loaded (grouped as it lists them, not in file order)."""
-    return [r["name"] for g in client._get("/api/v1/rules", {})["groups"] for r in g["rules"]
+    return [r["name"] for g in client.rule_groups() for r in g["rules"]
             if r.get("type") == "alerting"]
 
 
 def rule_problems(client: PrometheusClient) -> list[str]:
     """Rules whose last evaluation failed, as 'group/rule: error' (empty when every rule is healthy)."""
     out = []
-    for group in client._get("/api/v1/rules", {})["groups"]:
+    for group in client.rule_groups():
         for rule in group["rules"]:
             if rule.get("health") not in ("ok", "unknown"):
                 out.append(f"{group['name']}/{rule['name']}: {rule.get('lastError', rule.get('health'))}")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from sandbox.settings import REPO_ROOT
+from services.stack.settings import REPO_ROOT
 
 IMAGE = "sandbox-node:local"
 ROLE_LABEL = "io.sandbox.role"  # every container the sandbox starts carries it: found and removed by it
@@ -147,8 +147,8 @@ class NodeSpec:
 
     def command(self, ports: list[int]) -> list[str]:
         node_manager, object_manager, metrics, agent, agent_grpc, runtime_env, low = ports
-        # `python -m sandbox.container_node` is `ray start` that joins a loopback head (see join_on_loopback)
-        return [sys.executable, "-m", "sandbox.container_node", "start", "--block", f"--address={self.ray_address}",
+        # `python -m services.stack.container_node` is `ray start` that joins a loopback head (see join_on_loopback)
+        return [sys.executable, "-m", "services.stack.container_node", "start", "--block", f"--address={self.ray_address}",
                 f"--node-name={self.name}", "--node-ip-address=127.0.0.1",
                 f"--num-cpus={self.num_cpus}", "--num-gpus=0", f"--resources={json.dumps(self.resources)}",
                 f"--object-store-memory={self.object_store_mb * 2**20}",
@@ -276,7 +276,7 @@ def join_on_loopback(argv: list[str]) -> None:
     """`ray start ARGV` for a worker node that joins a head listening on loopback only.
 
     The head runs in Ray's single-machine mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, see
-    sandbox/ray_cluster.py), which keeps 127.0.0.1 as every address; the same mode makes
+    services/stack/ray_cluster.py), which keeps 127.0.0.1 as every address; the same mode makes
     `ray start --address` refuse to start a second node. This node keeps the mode (and
     with it 127.0.0.1, in this process and in every process it starts) and only the CLI's
     refusal sees the multi-node switch on.
