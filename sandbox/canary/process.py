@@ -6,6 +6,7 @@ caller does with `stop`.
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -36,6 +37,21 @@ def spawn(api_url: str, model: str, targets_dir: Path, log_file: Path, *, first_
                                f"see {log_file}")
         time.sleep(0.05)
     return proc
+
+
+def launch(api_url: str, model: str, targets_dir: Path, log_file: Path) -> subprocess.Popen:
+    """The canary with its default port and pace, not waited for: a drill goes on while it announces itself."""
+    log = open(log_file, "ab")  # noqa: SIM115 - the child keeps it; closed when we exit
+    return subprocess.Popen([sys.executable, "-m", "sandbox.canary", "--api", api_url, "--model", model,
+                             "--targets-dir", str(targets_dir)],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def halt(proc: subprocess.Popen) -> None:
+    """`stop`, without raising for a canary that takes more than 5 s to be reaped."""
+    stop_pid(proc.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 # Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
 # start without loading what other commands need (the grader's plots, the engine, Ray's client).
-
 import random
 
 import typer
 from rich.panel import Panel
 
 from sandbox.commands.common import config, console, err_console, fail, print_json
+from sandbox.commands.verify_report import print_verify_checks, print_verify_table, verify_row
 from services.stack.compose_backend import BACKEND_HELP, Backend
 
 INCIDENTS_HELP = "incident id (symptom-named), e.g. ttft-after-deploy; `sandbox drill --list` shows them"
@@ -159,9 +159,9 @@ def register(app: typer.Typer) -> None:
             out = results[0]
         else:
             out = {"pass": all(r["pass"] for r in results), "results": results,
-                   "table": [_row(r) for r in results]}
+                   "table": [verify_row(r) for r in results]}
             if not as_json:
-                _print_table(out["table"])
+                print_verify_table(out["table"])
         if as_json:
             print_json(out)
         if not out["pass"]:
@@ -217,7 +217,7 @@ def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
            "pass": bool(result.checks and result.checks["pass"]) and result.status == "finished",
            "checks": result.checks, "status": result.status}
     if not as_json:
-        _print_checks(out)
+        print_verify_checks(out)
     return out
 
 
@@ -226,28 +226,8 @@ def _verify_many(catalogue, cases, seed, duration, as_json) -> list[dict]:
     return [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
 
 
-def _row(r: dict) -> dict:
-    c = r["checks"] or {}
-    sep = c.get("separation", {})
-    by = {name: s["by"] for name, s in sep.get("siblings", {}).items()}
-    return {"incident": r["incident"], "variant": r["variant"], "pass": r["pass"],
-            "seconds_to_page": c.get("page", {}).get("seconds_to_page"), "separated_by": by,
-            "leaks": len(c.get("no_leaks", {}).get("hits", []))}
-
-
-def _print_table(rows: list[dict]) -> None:
-    from rich.table import Table
-
-    table = Table("incident", "variant", "pass", "page after (s)", "separated from siblings by", "leaks")
-    for r in rows:
-        table.add_row(r["incident"], r["variant"], "yes" if r["pass"] else "NO", str(r["seconds_to_page"]),
-                      "; ".join(f"{k}: {', '.join(v) or '-'}" for k, v in r["separated_by"].items()) or "-",
-                      str(r["leaks"]))
-    console.print(table)
-
-
 def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None, open_ended=False):
-    from sandbox.drill.runner import Drill
+    from sandbox.drill.runner import Drill, DrillSettings
     from services.stack.progress import Steps
 
     cfg = config()
@@ -263,8 +243,8 @@ def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardo
                               "(faults are reverted, the stack stopped, the record kept).")
 
     try:
-        drill = Drill(cfg, inc, variant, seed, duration_s=duration, steps=steps, on_page=on_page,
-                      before_teardown=before_teardown, keep_up=keep_up, open_ended=open_ended)
+        settings = DrillSettings(duration_s=duration, keep_up=keep_up, open_ended=open_ended)
+        drill = Drill(cfg, inc, variant, seed, settings, steps=steps, on_page=on_page, before_teardown=before_teardown)
     except ValueError as e:
         fail(f"{inc.id}: {e}", code=2)
     if not as_json:
@@ -280,31 +260,3 @@ def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardo
 def _summary(result) -> dict:
     return {"run_id": result.run_id, "run_dir": result.run_dir, "status": result.status,
             "page": result.page, "traffic": result.stats}
-
-
-def _print_checks(out: dict) -> None:
-    c = out["checks"] or {}
-    mark = lambda ok: "[green]pass[/green]" if ok else "[red]FAIL[/red]"  # noqa: E731
-    console.print(f"{out['incident']} / {out['variant']} (seed {out['seed']}): {mark(out['pass'])}")
-    if "page" in c:
-        p = c["page"]
-        console.print(f"  page      {mark(p['pass'])} {p['alert']} after {p['seconds_to_page']}s; "
-                      f"baseline alerts: {p['baseline_alerts'] or 'none'}")
-    if "separation" in c:
-        s = c["separation"]
-        console.print(f"  separate  {mark(s['pass'])} own {s['own_signature']}")
-        for name, sib in s["siblings"].items():
-            console.print(f"            vs {name}: {'by ' + ', '.join(sib['by']) if sib['separated'] else 'NOT separated'}")
-        for sig in s["signals"]:
-            console.print(f"            {sig['signal']:<22} {sig['baseline']} -> {sig['incident']} "
-                          f"(noise {sig['noise']}) {sig['direction']}")
-    if "no_leaks" in c:
-        n = c["no_leaks"]
-        console.print(f"  no leaks  {mark(n['pass'])} scanned {n['scanned']}" +
-                      "".join(f"\n            {h['term']!r} in {h['surface']}: {h['where']}" for h in n["hits"]))
-    if "others_quiet" in c:
-        q = c["others_quiet"]
-        moved = {k: v["direction"] for k, v in q["primary_signals"].items() if v["direction"] not in ("flat", "no data")}
-        console.print(f"  quiet     {mark(q['pass'])} ({q['family']}) pages of other kinds: "
-                      f"{q['other_pages_fired'] or 'none'}; other kinds moved: {q['other_kinds_moved'] or 'none'}")
-        console.print(f"            other incidents' primary signals that moved: {moved or 'none'}")

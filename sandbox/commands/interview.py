@@ -3,7 +3,6 @@ from __future__ import annotations
 
 # Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
 # start without loading what other commands need (the grader's plots, the engine, Ray's client).
-
 import json
 import time
 from pathlib import Path
@@ -19,9 +18,9 @@ WINDOW_S = 300.0  # what an ask shows: the last five minutes (of the recording, 
 
 
 def active_interview(cfg) -> dict | None:
-    from sandbox.drill.runner import running_drill
+    from sandbox.drill.record import running_drill
 
-    info = running_drill(cfg)
+    info = running_drill(cfg.home)
     return info if info and info.get("mode") == "interview" else None
 
 
@@ -49,7 +48,7 @@ def register(app: typer.Typer) -> None:
         import random
 
         from sandbox.commands.drill import _catalogue, _pick
-        from sandbox.drill.runner import Drill
+        from sandbox.drill.runner import Drill, DrillSettings
         from services.stack.progress import Steps
 
         cfg = config()
@@ -62,8 +61,8 @@ def register(app: typer.Typer) -> None:
             console.print(interview_panel(page))
 
         try:
-            drill = Drill(cfg, inc, variant, seed, steps=Steps(console), on_page=on_page, open_ended=True,
-                          mode="interview")
+            drill = Drill(cfg, inc, variant, seed, DrillSettings(open_ended=True, mode="interview"),
+                          steps=Steps(console), on_page=on_page)
         except ValueError as e:
             fail(f"{inc.id}: {e}", code=2)
         console.print(f"interview (seed {seed}): the stack comes up; you will be paged")

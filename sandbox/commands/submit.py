@@ -8,7 +8,6 @@ from __future__ import annotations
 
 # Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
 # start without loading what other commands need (the grader's plots, the engine, Ray's client).
-
 import json
 import os
 import signal
@@ -70,11 +69,11 @@ def prompt_diagnosis(run_id: str) -> dict:
 
 
 def submit(file: Path | None, as_json: bool) -> None:
-    from sandbox.drill.runner import running_drill
+    from sandbox.drill.record import running_drill
     from sandbox.grading.diagnosis import DiagnosisError, load_diagnosis, parse_diagnosis
 
     cfg = config()
-    drill = running_drill(cfg)
+    drill = running_drill(cfg.home)
     if drill is None:
         fail("no drill is running here; to grade a finished run: sandbox grade RUN --diagnosis FILE", code=2)
     run_dir = Path(drill["run_dir"])

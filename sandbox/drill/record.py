@@ -118,3 +118,11 @@ class RunRecord:
             shutil.rmtree(dest)
         shutil.move(str(snapshot_dir), str(dest))
         return dest
+
+
+DRILL_FILE = "drill.json"  # in the sandbox home while a drill runs: its pid, run directory and mode
+
+
+def running_drill(home: Path) -> dict | None:
+    """The drill now running on this machine ({pid, run_dir, mode, started}), or None; home: the sandbox's."""
+    return read_live_marker(Path(home) / DRILL_FILE)
