@@ -10,7 +10,7 @@ import importlib
 _EXPORTS = {
     "LLM": "services.engine.llm",
     "LLMEngine": "services.engine.llm_engine",
-    "EngineStats": "services.engine.llm_engine",
+    "EngineStats": "services.engine.stats",
     "DeviceOutOfMemoryError": "services.engine.memory",
     "EngineConfig": "services.engine.config",
     "SamplingParams": "services.engine.sampling_params",

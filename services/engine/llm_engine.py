@@ -1,19 +1,18 @@
 """The engine: schedule, run, sample, update — one `step()` at a time.
 
     step():
-        plan  = scheduler.schedule()          # who computes which tokens
-        batch = pack(plan)                    # flat tokens + slots + block tables
-        logits = runner.forward(batch)        # paged attention over the KV pool
-        tokens = sample / verify drafts
-        scheduler.update_from_output(...)     # stop checks, free finished blocks
-        drafts = proposer.run(...)            # speculative decoding, if on
+        plan = scheduler.schedule()           # who computes which tokens
+        logits = execute(plan)                # flat batch, paged attention over the KV pool
+        tokens = sample(plan, logits)         # and drafts verified (speculation)
+        finished = update(plan, tokens)       # counters, stop checks, finished blocks freed
+        propose(plan)                         # the next drafts (a no-op without speculation)
+        outputs = collect(plan)               # RequestOutputs with their deltas (output_processor)
 """
 from __future__ import annotations
 
 import itertools
 import random
 import time
-from dataclasses import dataclass, field
 
 import torch
 
@@ -24,41 +23,19 @@ from services.engine.kv_cache_manager import KVCacheManager
 from services.engine.memory import DeviceMemory, DeviceOutOfMemoryError
 from services.engine.model_runner import ForwardBatch, ModelRunner, SeqSlice
 from services.engine.numerics import Numerics
-from services.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from services.engine.rejection_sampler import verify
-from services.engine.sampler import processed_probs, sample
+from services.engine.output_processor import OutputProcessor, RequestState
+from services.engine.outputs import RequestOutput
+from services.engine.sampler import sample
 from services.engine.sampling_params import SamplingParams
 from services.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from services.engine.sequence import Request, RequestStatus
-from services.engine.spec_decode import DraftProposer, DraftWork, Proposal
+from services.engine.sequence import Request
+from services.engine.spec_decode import DraftProposer
+from services.engine.speculation import NoSpeculation, Speculation
+from services.engine.stats import EngineSnapshot, EngineStats
 from services.engine.weights import calibrate_kv_scale, load_model_weights
 from services.model.tokenizer import CharTokenizer
 
 __all__ = ["LLMEngine", "EngineStats", "DeviceOutOfMemoryError"]
-
-
-@dataclass
-class EngineStats:
-    """Cumulative counters a server turns into metrics (vLLM's names)."""
-    prompt_tokens_total: int = 0
-    generation_tokens_total: int = 0
-    spec_decode_num_drafts_total: int = 0
-    spec_decode_num_draft_tokens_total: int = 0
-    spec_decode_num_accepted_tokens_total: int = 0
-    num_steps_total: int = 0
-    last_step_tokens: int = 0
-    iteration_tokens: list[int] = field(default_factory=list)  # drained by the server
-
-
-@dataclass
-class _RequestState:
-    request: Request
-    prompt: str | None
-    params: SamplingParams
-    generator: torch.Generator
-    sent_text_len: int = 0
-    sent_tokens: int = 0
-    stop_reason: str | None = None
 
 
 def _device(name: str) -> torch.device:
@@ -94,6 +71,7 @@ class LLMEngine:
             if self.draft_weights.config.vocab_size != cfg.vocab_size:
                 raise ValueError("speculative_model must share the target's vocabulary")
         self.memory = DeviceMemory(self.device, config.device_memory_capacity)
+        self.stats = EngineStats()
         self._build_runners()
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens,
@@ -101,8 +79,8 @@ class LLMEngine:
             KVCacheManager(BlockPool(self.num_blocks, config.enable_prefix_caching),
                            config.block_size, config.enable_prefix_caching),
             abort_mode=config.abort_mode)
-        self.stats = EngineStats()
-        self._states: dict[str, _RequestState] = {}
+        self.outputs = OutputProcessor(self.tokenizer)
+        self._states: dict[str, RequestState] = {}
         self._aborted: list[RequestOutput] = []
         self._rng = random.Random(config.seed)
         # sampler_impl="batched": every draw comes from this one generator.
@@ -133,12 +111,11 @@ class LLMEngine:
         self.memory_plan = plan
         self.runner = ModelRunner(self.weights, plan.num_blocks, kv_cache_dtype=c.kv_cache_dtype,
                                   kv_scale=self.kv_scale, **common)
-        self.proposer = None
+        self.spec = NoSpeculation()
         if self.draft_weights is not None:
             draft_runner = ModelRunner(self.draft_weights, plan.num_blocks, kv_cache_dtype=c.kv_cache_dtype,
                                        kv_scale=self.kv_scale, **common)
-            self.proposer = DraftProposer(draft_runner, c.num_speculative_tokens, c.block_size)
-        self._proposals: dict[str, Proposal] = {}
+            self.spec = Speculation(DraftProposer(draft_runner, c.num_speculative_tokens, c.block_size), self.stats)
 
     # -- requests ----------------------------------------------------------
     def get_tokenizer(self) -> CharTokenizer:
@@ -170,36 +147,28 @@ class LLMEngine:
         generator = self._shared_generator
         if generator is None:
             generator = torch.Generator().manual_seed(seed)
-        self._states[request_id] = _RequestState(request, text, params, generator)
+        self._states[request_id] = RequestState(request, text, params, generator)
         self.stats.prompt_tokens_total += len(ids)
         return request_id
 
     def abort_request(self, request_ids: str | list[str]) -> None:
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
         for req in self.scheduler.abort_requests(ids):
-            self._aborted.append(self._output(self._states[req.request_id]))
+            self._aborted.append(self.outputs.output(self._states[req.request_id]))
             self._forget(req.request_id)
 
-    def snapshot(self) -> dict[str, float]:
-        """Counters and gauges for a metrics exporter, named as in vLLM."""
-        sched = self.scheduler.stats()
-        st = self.stats
-        return {
-            "num_requests_running": sched.num_running,
-            "num_requests_waiting": sched.num_waiting,
-            "kv_cache_usage_perc": sched.kv_cache_usage,
-            "num_preemptions_total": sched.num_preemptions_total,
-            "prefix_cache_queries_total": sched.prefix_cache_queries,
-            "prefix_cache_hits_total": sched.prefix_cache_hits,
-            "prompt_tokens_total": st.prompt_tokens_total,
-            "generation_tokens_total": st.generation_tokens_total,
-            "spec_decode_num_drafts_total": st.spec_decode_num_drafts_total,
-            "spec_decode_num_draft_tokens_total": st.spec_decode_num_draft_tokens_total,
-            "spec_decode_num_accepted_tokens_total": st.spec_decode_num_accepted_tokens_total,
-            "device_memory_used_bytes": self.memory.used_bytes,
-            "device_memory_capacity_bytes": self.memory.capacity_bytes,
-            "num_gpu_blocks": self.num_blocks,
-        }
+    def snapshot(self) -> EngineSnapshot:
+        """Counters and gauges now (the process's CPU figures are the server's to add)."""
+        sched, st = self.scheduler.stats(), self.stats
+        return EngineSnapshot(
+            prompt_tokens=st.prompt_tokens_total, generation_tokens=st.generation_tokens_total,
+            num_preemptions=sched.num_preemptions_total, prefix_cache_queries=sched.prefix_cache_queries,
+            prefix_cache_hits=sched.prefix_cache_hits, spec_drafts=st.spec_decode_num_drafts_total,
+            spec_draft_tokens=st.spec_decode_num_draft_tokens_total,
+            spec_accepted_tokens=st.spec_decode_num_accepted_tokens_total,
+            num_running=sched.num_running, num_waiting=sched.num_waiting, kv_cache_usage=sched.kv_cache_usage,
+            memory_used_bytes=self.memory.used_bytes, memory_capacity_bytes=self.memory.capacity_bytes,
+            iteration_tokens=list(st.iteration_tokens))
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._aborted)
@@ -208,41 +177,45 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         outputs, self._aborted = self._aborted, []
         plan = self.scheduler.schedule()
-        for rid in plan.preempted_request_ids:
-            self._proposals.pop(rid, None)
-            if self.proposer:
-                self.proposer.reset(rid)
+        self.spec.drop(plan.preempted_request_ids)
         if not plan.scheduled:
             return outputs
+        logits, rows = self._execute(plan)
+        sampled, accepted = self._sample(plan, logits, rows)
+        finished_ids = self._update(plan, sampled)
+        self.scheduler.update_draft_token_ids(
+            self.spec.propose(plan.scheduled, accepted, finished_ids, self._states, self.scheduler.kv_cache_manager))
+        return outputs + self._collect(plan, sampled, finished_ids)
+
+    def _execute(self, plan: SchedulerOutput) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """One forward pass over the scheduled tokens: logits [N, V] and each request's rows of them."""
         self.runner.copy_blocks(plan.block_copies)
-        if self.proposer:
-            self.proposer.runner.copy_blocks(plan.block_copies)
+        self.spec.copy_blocks(plan.block_copies)
         batch, rows = self._pack(plan)
         num_seqs, max_blocks = batch.block_tables.shape
         self.memory.reserve_step(self.runner.activation_bytes(
             batch.num_tokens, int(batch.logits_indices.shape[0]), max_blocks, num_seqs))
         try:
-            logits = self.runner.forward(batch)
+            return self.runner.forward(batch), rows
         except torch.OutOfMemoryError as e:  # the real allocator on CUDA
             raise DeviceOutOfMemoryError(str(e)) from e
-        sampled, accepted = self._sample(plan, logits, rows)
+
+    def _update(self, plan: SchedulerOutput, sampled: dict[str, list[int]]) -> set[str]:
+        """The sampled tokens into the scheduler, the counters, stop strings; the ids that finished."""
         num_before = {s.request.request_id: s.request.num_tokens for s in plan.scheduled}
         finished = self.scheduler.update_from_output(plan, sampled)
         self.memory.release_step()
         self.stats.num_steps_total += 1
         self.stats.last_step_tokens = plan.num_batched_tokens
         self.stats.iteration_tokens.append(plan.num_batched_tokens)
-        for rid, toks in sampled.items():
-            req = self._states[rid].request
-            self.stats.generation_tokens_total += req.num_tokens - num_before[rid]
-        finished += self._apply_stop_strings(plan)
-        finished_ids = {r.request_id for r in finished}
-        if self.proposer:
-            self._propose(plan, accepted, finished_ids)
-        for s in plan.scheduled:
-            rid = s.request.request_id
-            if rid in sampled or rid in finished_ids:
-                outputs.append(self._output(self._states[rid]))
+        for rid in sampled:
+            self.stats.generation_tokens_total += self._states[rid].request.num_tokens - num_before[rid]
+        finished += self.outputs.stopped_by_strings(plan.scheduled, self._states, self.scheduler)
+        return {r.request_id for r in finished}
+
+    def _collect(self, plan: SchedulerOutput, sampled: dict, finished_ids: set[str]) -> list[RequestOutput]:
+        outputs = [self.outputs.output(self._states[s.request.request_id]) for s in plan.scheduled
+                   if s.request.request_id in sampled or s.request.request_id in finished_ids]
         for rid in finished_ids:
             self._forget(rid)
         return outputs
@@ -272,81 +245,12 @@ class LLMEngine:
             for (_, s), tok in zip(plain, toks):
                 sampled[s.request.request_id] = [tok]
         for i, s in enumerate(plan.scheduled):
-            if not (s.samples and s.spec_token_ids):
-                continue
-            rid = s.request.request_id
-            st = self._states[rid]
-            proposal = self._proposals.pop(rid)
-            k = len(s.spec_token_ids)
-            target = processed_probs(logits[rows[i][0]:rows[i][1]], [st.params] * (k + 1))
-            tokens, n_acc = verify(list(s.spec_token_ids), proposal.probs[:k], target, st.generator, st.params.greedy)
-            sampled[rid], accepted[rid] = tokens, n_acc
-            self.stats.spec_decode_num_drafts_total += 1
-            self.stats.spec_decode_num_draft_tokens_total += k
-            self.stats.spec_decode_num_accepted_tokens_total += n_acc
+            if s.samples and s.spec_token_ids:
+                rid, st = s.request.request_id, self._states[s.request.request_id]
+                sampled[rid], accepted[rid] = self.spec.verify(rid, list(s.spec_token_ids),
+                                                               logits[rows[i][0]:rows[i][1]], st.params, st.generator)
         return sampled, accepted
-
-    def _propose(self, plan: SchedulerOutput, accepted: dict[str, int], finished_ids: set[str]) -> None:
-        kv = self.scheduler.kv_cache_manager
-        work = []
-        for s in plan.scheduled:
-            req = s.request
-            rid = req.request_id
-            if rid in finished_ids or req.status is not RequestStatus.RUNNING:
-                continue
-            if rid in accepted:
-                self.proposer.accept(rid, accepted[rid])
-            decoding = not req.is_prefill
-            tokens = req.all_token_ids
-            upto = len(tokens) if decoding else req.num_computed_tokens
-            start = self.proposer.computed(rid)
-            if start >= upto:
-                continue
-            work.append(DraftWork(rid, tokens[:upto], start, kv.get_block_table(rid), decoding,
-                                  self._states[rid].params, self._states[rid].generator))
-        proposals = self.proposer.run(work)
-        self._proposals.update(proposals)
-        self.scheduler.update_draft_token_ids({rid: p.token_ids for rid, p in proposals.items()})
-
-    def _apply_stop_strings(self, plan: SchedulerOutput) -> list[Request]:
-        stopped = []
-        for s in plan.scheduled:
-            st = self._states[s.request.request_id]
-            if not st.params.stop or s.request.is_finished:
-                continue
-            text = self.tokenizer.decode(s.request.output_token_ids)
-            for stop in st.params.stop:
-                if stop in text:
-                    st.stop_reason = stop
-                    stopped += self.scheduler.finish_requests([s.request.request_id], RequestStatus.FINISHED_STOPPED)
-                    break
-        return stopped
-
-    def _output(self, st: _RequestState) -> RequestOutput:
-        req = st.request
-        text = self.tokenizer.decode(req.output_token_ids)
-        finished = req.is_finished
-        if st.stop_reason is not None:
-            text = text[: text.find(st.stop_reason)]
-        elif not finished and st.params.stop:
-            # Hold back a tail that might still become a stop string.
-            hold = max(len(s) for s in st.params.stop) - 1
-            text = text[: max(st.sent_text_len, len(text) - hold)]
-        delta_text, delta_ids = text[st.sent_text_len:], req.output_token_ids[st.sent_tokens:]
-        st.sent_text_len, st.sent_tokens = len(text), req.num_output_tokens
-        reason = RequestStatus.finished_reason(req.status) if finished else None
-        stop_reason = st.stop_reason
-        if reason == "stop" and stop_reason is None and req.output_token_ids and req.output_token_ids[-1] != req.eos_token_id:
-            stop_reason = req.output_token_ids[-1]
-        metrics = RequestMetrics(req.arrival_time, req.first_scheduled_time, req.first_token_time,
-                                 req.last_token_time, req.finished_time, req.num_cached_tokens or 0,
-                                 req.num_preemptions)
-        return RequestOutput(req.request_id, st.prompt, list(req.prompt_token_ids),
-                             [CompletionOutput(0, text, list(req.output_token_ids), reason, stop_reason)],
-                             finished, metrics, delta_text, list(delta_ids))
 
     def _forget(self, request_id: str) -> None:
         self._states.pop(request_id, None)
-        self._proposals.pop(request_id, None)
-        if self.proposer:
-            self.proposer.forget(request_id)
+        self.spec.forget(request_id)

@@ -20,12 +20,7 @@ from kernels.bucketed_attention import KEYS_PER_BUCKET, paged_attention_bucketed
 from kernels.dense_attention import paged_attention_dense
 from kernels.kv_cache_write import write_kv
 from kernels.matmul import choose_split_k, matmul
-from kernels.paged_attention import (
-    BLOCKS_PER_STEP,
-    QUERIES_PER_CHUNK,
-    paged_attention,
-    paged_attention_ref,
-)
+from kernels.paged_attention import BLOCKS_PER_STEP, QUERIES_PER_CHUNK, paged_attention, paged_attention_ref
 from kernels.quant_matmul import quant_matmul
 from kernels.quantized_weight import QuantizedWeight, dequantize_weight
 from kernels.rmsnorm import rms_norm

@@ -22,30 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from services.engine.kv_cache_manager import KVCacheManager
+from services.engine.scheduler_config import ABORT_MODES, SchedulerConfig  # noqa: F401 - re-exported
 from services.engine.sequence import Request, RequestStatus
-
-ABORT_MODES = ("inline", "deferred")
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-@dataclass
-class SchedulerConfig:
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    enable_chunked_prefill: bool
-    # Most draft tokens a request may carry into one step.
-    num_spec_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        _check_int("max_num_seqs", self.max_num_seqs, 1)
-        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        _check_int("num_spec_tokens", self.num_spec_tokens, 0)
-        if not isinstance(self.enable_chunked_prefill, bool):
-            raise ValueError(f"enable_chunked_prefill must be a bool, got {self.enable_chunked_prefill!r}")
 
 
 @dataclass
@@ -64,8 +42,6 @@ class SchedulerOutput:
     block_copies: list[tuple[int, int]] = field(default_factory=list)  # do before the forward
     preempted_request_ids: list[str] = field(default_factory=list)
     num_batched_tokens: int = 0
-    # Finished or aborted since the previous schedule(): drop their runner state.
-    finished_request_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -92,7 +68,6 @@ class Scheduler:
         self.waiting: deque[Request] = deque()  # WAITING and PREEMPTED
         self.running: list[Request] = []
         self.num_preemptions_total = 0
-        self._finished_ids: list[str] = []
         # Tokens are only counted as computed in update_from_output(); a second
         # schedule() before it would hand out the same tokens twice.
         self._awaiting_update = False
@@ -139,8 +114,7 @@ class Scheduler:
         if self._awaiting_update:
             raise RuntimeError("schedule() called again before update_from_output()")
         self.kv_cache_manager.begin_step()
-        out = SchedulerOutput(finished_request_ids=self._finished_ids)
-        self._finished_ids = []
+        out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         kv = self.kv_cache_manager
         # Slots past the step for the draft model, which writes KV for its own
@@ -302,7 +276,6 @@ class Scheduler:
         if release:
             self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
-        self._finished_ids.append(request.request_id)
 
     def stats(self) -> SchedulerStats:
         kv = self.kv_cache_manager

@@ -48,9 +48,7 @@ _FINISHED_REASONS: dict[RequestStatus, str] = {
     RequestStatus.FINISHED_ABORTED: "abort",
 }
 
-# Module-level spellings of the two helpers, for call sites that read better
-# without the class prefix.
-is_finished = RequestStatus.is_finished
+# The module-level spelling, for call sites that read better without the class prefix.
 finished_reason = RequestStatus.finished_reason
 
 

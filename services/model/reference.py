@@ -24,8 +24,3 @@ def greedy_generate(model: LlamaForCausalLM, prompt_ids: list[int], max_new_toke
         ids.append(tok)
     return out
 
-
-@torch.no_grad()
-def greedy_next_tokens(model: LlamaForCausalLM, token_ids: list[int]) -> list[int]:
-    """The model's greedy next token at every position of `token_ids`."""
-    return torch.argmax(model(torch.tensor([token_ids]))[0], dim=-1).tolist()

@@ -1,3 +1,5 @@
+# Over 300 lines: what is left all reads or writes the engine thread's own state (the command queue,
+# the streams, held requests, the pending rebuild); split, that state would be passed around.
 """One engine, stepped by one thread; asyncio request handlers join its running batch.
 
     handler ──add/abort/call──▶ command queue ──▶ engine thread: drain, step(), deliver
@@ -19,31 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import queue
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass
 
 from services.engine.outputs import RequestOutput
+from services.engine.stats import ENGINE_COUNTERS, EngineSnapshot
 from services.serve.cgroup_cpu import CpuStatCounter
-from services.serve.metrics import ENGINE_COUNTERS, EngineSnapshot
-from services.serve.request_stream import (
-    ACCEPTED,
-    ERROR,
-    OUTPUT,
-    EngineDeadError,
-    EngineWedgedError,
-    RequestStream,
-)
-
-
-@dataclass
-class _Rebuild:
-    build: object  # () -> engine, called on the engine thread once the old engine is idle and released
-    restore: object  # () -> engine: the old configuration again, if build() failed
-    future: concurrent.futures.Future
-    deadline: float  # running requests still unfinished then are failed, so the rebuild happens
+from services.serve.loop_commands import AbortRequest, AddRequest, Call, Command, Fail, Rebuild, Stop
+from services.serve.request_stream import ACCEPTED, ERROR, OUTPUT, EngineDeadError, EngineWedgedError, RequestStream
 
 
 class EngineLoop:
@@ -66,8 +54,8 @@ class EngineLoop:
         self.last_snapshot = EngineSnapshot()
         self._last_publish = 0.0
         self._cpu = CpuStatCounter()
-        self._rebuild: _Rebuild | None = None
-        self._held: deque = deque()  # "add" commands that arrived during a rebuild
+        self._rebuild: Rebuild | None = None
+        self._held: deque[AddRequest] = deque()  # requests that arrived during a rebuild
         self._carried = EngineSnapshot()  # counters of engines replaced by rebuild()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
@@ -79,19 +67,19 @@ class EngineLoop:
     def add_request(self, request_id: str, prompt, params) -> RequestStream:
         stream = RequestStream(request_id, asyncio.get_running_loop())
         self._raise_if_dead()
-        self._commands.put(("add", stream, prompt, params, time.monotonic()))
+        self._commands.put(AddRequest(stream, prompt, params, time.monotonic()))
         if self._fatal is not None or not self._thread.is_alive():  # died while we posted
             stream.put(ERROR, EngineDeadError("engine loop is not running"))
         return stream
 
     def abort(self, request_id: str) -> None:
-        self._commands.put(("abort", request_id))
+        self._commands.put(AbortRequest(request_id))
 
     def call(self, fn, timeout_s: float = 30.0):
         """Run fn(engine) on the engine thread between two steps; return its result."""
         self._raise_if_dead()
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(("call", fn, future))
+        self._commands.put(Call(fn, future))
         return future.result(timeout=timeout_s)
 
     def rebuild(self, build, restore, drain_timeout_s: float = 60.0, timeout_s: float = 300.0) -> None:
@@ -103,7 +91,7 @@ class EngineLoop:
         """
         self._raise_if_dead()
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(("rebuild", _Rebuild(build, restore, future, time.monotonic() + drain_timeout_s)))
+        self._commands.put(Rebuild(build, restore, future, time.monotonic() + drain_timeout_s))
         future.result(timeout=timeout_s)
 
     def check_health(self) -> None:
@@ -117,12 +105,12 @@ class EngineLoop:
             error = EngineWedgedError(f"no request could be scheduled for {time.monotonic() - stalled:.1f}s "
                                       f"(wedge timeout {self.wedge_timeout_s}s)")
             # Its requests would wait forever (and a graceful stop with them): fail them now.
-            self._commands.put(("fail", error))
+            self._commands.put(Fail(error))
             raise error
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping = True
-        self._commands.put(("stop",))
+        self._commands.put(Stop())
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
@@ -182,40 +170,38 @@ class EngineLoop:
                 break
         self._send(pending)
 
-    def _handle(self, cmd: tuple, pending) -> None:
-        kind = cmd[0]
-        if kind == "add" and self._rebuild is not None:
+    def _handle(self, cmd: Command, pending) -> None:
+        if isinstance(cmd, AddRequest) and self._rebuild is not None:
             self._held.append(cmd)
-        elif kind == "add":
-            _, stream, prompt, params, arrival = cmd
+        elif isinstance(cmd, AddRequest):
+            stream = cmd.stream
             try:
-                self.engine.add_request(stream.request_id, prompt, params, arrival_time=arrival)
+                self.engine.add_request(stream.request_id, cmd.prompt, cmd.params, arrival_time=cmd.arrival_time)
             except Exception as e:  # noqa: BLE001 - a bad request fails alone
                 pending[stream.loop].append((stream, ERROR, e))
                 return
             self._streams[stream.request_id] = stream
             n_prompt = len(self.engine.scheduler.requests[stream.request_id].prompt_token_ids)
             pending[stream.loop].append((stream, ACCEPTED, n_prompt))
-        elif kind == "abort":
-            if cmd[1] in self._streams:
-                self.engine.abort_request(cmd[1])
+        elif isinstance(cmd, AbortRequest):
+            if cmd.request_id in self._streams:
+                self.engine.abort_request(cmd.request_id)
             else:  # a held request whose caller went away
-                self._held = deque(c for c in self._held if c[1].request_id != cmd[1])
-        elif kind == "call":
-            _, fn, future = cmd
+                self._held = deque(held for held in self._held if held.stream.request_id != cmd.request_id)
+        elif isinstance(cmd, Call):
             try:
-                future.set_result(fn(self.engine))
+                cmd.future.set_result(cmd.fn(self.engine))
             except Exception as e:  # noqa: BLE001 - handed back to the caller
-                future.set_exception(e)
-        elif kind == "rebuild":
+                cmd.future.set_exception(e)
+        elif isinstance(cmd, Rebuild):
             if self._rebuild is not None:
-                cmd[1].future.set_exception(RuntimeError("an engine rebuild is already in progress"))
+                cmd.future.set_exception(RuntimeError("an engine rebuild is already in progress"))
             else:
-                self._rebuild = cmd[1]
-        elif kind == "stop":
+                self._rebuild = cmd
+        elif isinstance(cmd, Stop):
             self._stopping = True
-        elif kind == "fail":  # declared stalled: the loop dies and its requests fail, as after a crash
-            raise cmd[1]
+        elif isinstance(cmd, Fail):  # declared stalled: the loop dies and its requests fail, as after a crash
+            raise cmd.error
 
     # -- rebuild ----------------------------------------------------------------
     def _drained(self) -> bool:
@@ -254,6 +240,7 @@ class EngineLoop:
         while self._held:
             self._handle(self._held.popleft(), pending)
         self._send(pending)
+
     def _deliver_outputs(self, outputs: list[RequestOutput]) -> None:
         pending: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
         intervals = []
@@ -300,23 +287,13 @@ class EngineLoop:
         return EngineSnapshot(**{name: getattr(snap, name) for name in ENGINE_COUNTERS})
 
     def _publish(self) -> None:
-        engine = self.engine
-        st, ss = engine.stats, engine.scheduler.stats()
         cpu = self._cpu.read()
-        snap = EngineSnapshot(
-            prompt_tokens=st.prompt_tokens_total, generation_tokens=st.generation_tokens_total,
-            num_preemptions=ss.num_preemptions_total, prefix_cache_queries=ss.prefix_cache_queries,
-            prefix_cache_hits=ss.prefix_cache_hits, spec_drafts=st.spec_decode_num_drafts_total,
-            spec_draft_tokens=st.spec_decode_num_draft_tokens_total,
-            spec_accepted_tokens=st.spec_decode_num_accepted_tokens_total, cpu_seconds=time.process_time(),
-            cpu_periods=cpu.periods, cpu_periods_throttled=cpu.throttled_periods,
-            cpu_throttled_seconds=cpu.throttled_seconds,
-            num_running=ss.num_running, num_waiting=ss.num_waiting, kv_cache_usage=ss.kv_cache_usage,
-            memory_used_bytes=engine.memory.used_bytes, memory_capacity_bytes=engine.memory.capacity_bytes,
-            iteration_tokens=list(st.iteration_tokens))
+        snap = dataclasses.replace(self.engine.snapshot(), cpu_seconds=time.process_time(), cpu_periods=cpu.periods,
+                                   cpu_periods_throttled=cpu.throttled_periods,
+                                   cpu_throttled_seconds=cpu.throttled_seconds)
         for name in ENGINE_COUNTERS:
             setattr(snap, name, getattr(snap, name) + getattr(self._carried, name))
-        st.iteration_tokens.clear()  # drained whether or not metrics are exported
+        self.engine.stats.iteration_tokens.clear()  # drained whether or not metrics are exported
         if self.export_metrics:
             self.metrics.publish(snap)
         self.last_snapshot = snap
@@ -332,14 +309,13 @@ class EngineLoop:
                 cmd = self._commands.get_nowait()
             except queue.Empty:
                 break
-            if cmd[0] == "add":
-                pending[cmd[1].loop].append((cmd[1], ERROR, error))
-            elif cmd[0] == "call":
-                cmd[2].set_exception(error)
-            elif cmd[0] == "rebuild":
-                cmd[1].future.set_exception(error)
-        for cmd in self._held:
-            pending[cmd[1].loop].append((cmd[1], ERROR, error))
+            if isinstance(cmd, AddRequest):
+                pending[cmd.stream.loop].append((cmd.stream, ERROR, error))
+            elif isinstance(cmd, (Call, Rebuild)):
+                cmd.future.set_exception(error)
+            # an AbortRequest, Stop or Fail left has nothing to answer
+        for held in self._held:
+            pending[held.stream.loop].append((held.stream, ERROR, error))
         self._held.clear()
         if self._rebuild is not None:
             self._rebuild.future.set_exception(error)

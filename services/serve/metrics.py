@@ -8,33 +8,8 @@ counter equals the engine's own total.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from services.engine.stats import EngineSnapshot
 from services.serve import metric_names as names
-
-
-@dataclass
-class EngineSnapshot:
-    """What the engine looks like right now: cumulative counters and gauges."""
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    num_preemptions: int = 0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    spec_drafts: int = 0
-    spec_draft_tokens: int = 0
-    spec_accepted_tokens: int = 0
-    cpu_seconds: float = 0.0
-    cpu_periods: int = 0  # the replica's CPU cgroup (services.serve.cgroup_cpu)
-    cpu_periods_throttled: int = 0
-    cpu_throttled_seconds: float = 0.0
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_cache_usage: float = 0.0
-    memory_used_bytes: int = 0
-    memory_capacity_bytes: int = 0
-    iteration_tokens: list[int] = field(default_factory=list)  # steps since the previous snapshot
-
 
 _COUNTERS = (
     ("prompt_tokens", names.PROMPT_TOKENS), ("generation_tokens", names.GENERATION_TOKENS),
@@ -45,9 +20,6 @@ _COUNTERS = (
     ("cpu_periods_throttled", names.REPLICA_CPU_PERIODS_THROTTLED),
     ("cpu_throttled_seconds", names.REPLICA_CPU_THROTTLED),
 )
-# Counters kept by the engine itself (the rest are the process's): a rebuilt engine starts them at zero.
-ENGINE_COUNTERS = ("prompt_tokens", "generation_tokens", "num_preemptions", "prefix_cache_queries",
-                   "prefix_cache_hits", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")
 _GAUGES = (
     ("num_running", names.NUM_REQUESTS_RUNNING), ("num_waiting", names.NUM_REQUESTS_WAITING),
     ("kv_cache_usage", names.KV_CACHE_USAGE), ("memory_used_bytes", names.DEVICE_MEMORY_USED),

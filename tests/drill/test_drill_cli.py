@@ -65,7 +65,7 @@ def test_the_list_shows_every_incident_and_no_variant_or_cause(tmp_path):
             assert variant.answer.root_cause not in out.stdout and f'"{key}"' not in out.stdout
 
 
-def test_the_shipped_catalogue_has_all_eight_incidents_and_nineteen_variants():
+def test_the_shipped_catalogue_has_every_incident_with_its_variants():
     catalogue = load_catalogue(REPO / "incidents")
     counts = {i.id: len(i.variants) for i in catalogue.values()}
     assert counts == {"ttft-after-deploy": 4, "oom-at-peak": 3, "flaky-outputs": 3, "slow-replica": 4,

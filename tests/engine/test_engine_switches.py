@@ -51,16 +51,16 @@ def test_deferred_abort_mode_leaks_kv_blocks_with_every_abort(model_path):
     usage = []
     for i, e in enumerate(eval_set("copy", 4)):
         run_and_abort(eng, f"r{i}", e.prompt)
-        usage.append(eng.snapshot()["kv_cache_usage_perc"])
+        usage.append(eng.snapshot().kv_cache_usage)
     assert 0 < usage[0] < usage[1] < usage[2] < usage[3]
-    assert eng.snapshot()["num_requests_running"] == 0
+    assert eng.snapshot().num_running == 0
 
 
 def test_inline_abort_mode_returns_kv_usage_to_zero_after_every_abort(model_path):
     eng = engine(model_path, num_gpu_blocks=64)
     for i, e in enumerate(eval_set("copy", 4)):
         run_and_abort(eng, f"r{i}", e.prompt)
-        assert eng.snapshot()["kv_cache_usage_perc"] == 0.0
+        assert eng.snapshot().kv_cache_usage == 0.0
 
 
 def seeded_samples(llm: LLM, repeats: int = 3) -> list[tuple[int, ...]]:
@@ -105,4 +105,4 @@ def test_a_replica_rebuilt_with_few_gpu_blocks_preempts_under_load(model_path):
     small = rebuilt(base, num_gpu_blocks=12)
     assert (base.num_blocks, small.num_blocks) == (base.num_blocks, 12) and base.num_blocks > 100
     LLM.from_engine(small).generate([e.prompt for e in eval_set("story", 8)], SamplingParams(temperature=0, max_tokens=40))
-    assert small.snapshot()["num_preemptions_total"] > 0
+    assert small.snapshot().num_preemptions > 0

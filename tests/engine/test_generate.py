@@ -143,8 +143,8 @@ def test_snapshot_counts_prompt_and_generated_tokens(model_path):
     llm = LLM(model_path)
     outs = llm.generate(["copy: abc -> ", "sort: cba -> "], SamplingParams(temperature=0, max_tokens=8))
     snap = llm.llm_engine.snapshot()
-    assert snap["prompt_tokens_total"] == sum(len(o.prompt_token_ids) for o in outs)
-    assert snap["generation_tokens_total"] == sum(len(o.outputs[0].token_ids) for o in outs)
-    assert snap["num_requests_running"] == snap["num_requests_waiting"] == 0
-    assert snap["kv_cache_usage_perc"] == 0.0
-    assert 0 < snap["device_memory_used_bytes"] <= snap["device_memory_capacity_bytes"]
+    assert snap.prompt_tokens == sum(len(o.prompt_token_ids) for o in outs)
+    assert snap.generation_tokens == sum(len(o.outputs[0].token_ids) for o in outs)
+    assert snap.num_running == snap.num_waiting == 0
+    assert snap.kv_cache_usage == 0.0
+    assert 0 < snap.memory_used_bytes <= snap.memory_capacity_bytes

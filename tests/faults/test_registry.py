@@ -74,7 +74,6 @@ def test_an_invalid_spec_names_its_field(spec, field, words):
         build(spec)
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}: ") and words in str(err.value)
-    assert isinstance(err.value, ValueError)
 
 
 def test_a_fault_built_directly_is_validated_too():

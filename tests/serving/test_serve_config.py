@@ -15,7 +15,7 @@ def config():
 
 def test_the_shipped_serve_config_is_valid():
     cfg = config()
-    assert cfg.app_name == "llm" and cfg.version == "v1" and cfg.replicas >= 1
+    assert cfg.app_name == "llm" and cfg.version == "v1" and cfg.replicas == 2
     assert cfg.app["import_path"] == "services.serve.app:build_app"
 
 
