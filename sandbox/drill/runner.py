@@ -124,13 +124,15 @@ class Drill:
         exporter = TrafficExporter("drill", self.cfg.host, self.cfg.traffic_port, self.state.targets_dir,
                                    linger_s=2 * self.cfg.scrape_interval_s)
         self.closers.push("traffic exporter", exporter.close)
+        # Pushed before traffic, so traffic stops first: a revert under load (a replica rebuilt, a rollback
+        # deploy) took minutes on a busy 2-core machine, and once the drill ends nobody is served anyway.
+        self._revert_phase_on_close("timeline")
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
                                      exporter, open_ended=self.settings.open_ended).start()
         self.closers.push("traffic", self._stop_traffic)
         self.t0_wall = time.time()
         self.record.update_public(traffic_started=self.t0_wall)
         self.record.event("traffic started", 0.0)
-        self._revert_phase_on_close("timeline")
 
     def _stack(self) -> StackState:
         try:
@@ -169,7 +171,7 @@ class Drill:
         while True:
             t = self.traffic.elapsed()
             if t >= next_note:
-                self._note_progress(t)
+                self.steps.note(f"[dim]{self.traffic.progress(t)}  version {self.state.version}[/dim]")
                 next_note += 30.0
             while pending and pending[0][0].at_s <= t:
                 event, faults = pending.pop(0)
@@ -221,12 +223,6 @@ class Drill:
         if self.traffic is not None and now - self._last_watch >= self.settings.poll_s:
             self._last_watch = now
             self.pager.poll(self.traffic.elapsed())
-
-    def _note_progress(self, t: float) -> None:
-        s = self.traffic.stats.summary()
-        errors = sum(n for status, n in s["statuses"].items() if status not in ("200", "499"))
-        self.steps.note(f"[dim]{t:5.0f}s  sent {s['sent']}  ok {s['ok']}  errors {errors}  "
-                        f"TTFT p50 {s['ttft_ms']['p50']} ms  version {self.state.version}[/dim]")
 
     def _paged(self, page: dict, t: float) -> None:
         self.record.update_public(page=page)

@@ -55,6 +55,12 @@ class TrafficRunner:
     def elapsed(self) -> float:
         return 0.0 if self.started_at is None else time.monotonic() - self.started_at
 
+    def progress(self, t: float) -> str:
+        """One line for a drill's progress notes: what was sent, what came back, how fast."""
+        s = self.stats.summary()
+        errors = sum(n for status, n in s["statuses"].items() if status not in ("200", "499"))
+        return f"{t:5.0f}s  sent {s['sent']}  ok {s['ok']}  errors {errors}  TTFT p50 {s['ttft_ms']['p50']} ms"
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop sending; wait up to timeout_s for the requests in flight."""
         self._stop.set()
