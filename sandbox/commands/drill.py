@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
             compose = _compose_up(as_json)
         try:
             result = _run(inc, variant, seed, duration, keep_up, as_json, headless,
-                          open_ended=not headless and duration is None)
+                          open_ended=not headless and duration is None, named=not pick_random)
         finally:
             if compose is not None and not keep_up:
                 compose.down()
@@ -226,7 +226,10 @@ def _verify_many(catalogue, cases, seed, duration, as_json) -> list[dict]:
     return [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
 
 
-def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None, open_ended=False):
+def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None, open_ended=False,
+         named=True):
+    """named: the user chose the incident; a random drill says nothing of it (not even its timeline's
+    length, which tells incidents apart) until the page."""
     from sandbox.drill.runner import Drill, DrillSettings
     from services.stack.progress import Steps
 
@@ -247,9 +250,11 @@ def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardo
         drill = Drill(cfg, inc, variant, seed, settings, steps=steps, on_page=on_page, before_teardown=before_teardown)
     except ValueError as e:
         fail(f"{inc.id}: {e}", code=2)
-    if not as_json:
+    if not as_json and named:
         console.print(f"drill [bold]{inc.id}[/bold] (seed {seed}): traffic for {drill.plan.duration_s:.0f}s; "
                       "you will be paged when an alert fires")
+    elif not as_json:
+        console.print(f"drill (seed {seed}): a random incident; you will be paged when an alert fires")
     try:
         return drill.run()
     except Exception as e:  # noqa: BLE001 - clean-up already ran; say what failed

@@ -14,6 +14,7 @@ replaced atomically: an interrupted drill leaves complete files, never halves.
 from __future__ import annotations
 
 import json
+import secrets
 import os
 import shutil
 import time
@@ -42,9 +43,10 @@ def read_live_marker(path: Path) -> dict | None:
     return info
 
 
-def new_run_id(incident_id: str) -> str:
-    # The incident id names the symptom (it is on the page anyway); the time keeps ids unique and sortable.
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{incident_id}"
+def new_run_id() -> str:
+    """The time (sortable) and a random tag (unique): nothing of the incident, which the candidate may
+    learn only from the page (a run directory is in plain sight from the first second)."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 class RunRecord:

@@ -99,9 +99,9 @@ class Drill:
         self.closers.push("prometheus client", self.prom.close)
         self.pager = Pager(self.prom, self.incident.page.alert, self.incident.page.report, self.plan.inject_at_s,
                            self._paged)
-        run_id = new_run_id(self.incident.id)
-        self.record = RunRecord.create(self.cfg.runs, self.cfg.keys_dir, run_id, {
-            "incident": self.incident.id, "seed": self.seed, "status": "running", "started": time.time(),
+        # run.json names the incident from the page on (the page names its symptom): not before.
+        self.record = RunRecord.create(self.cfg.runs, self.cfg.keys_dir, new_run_id(), {
+            "seed": self.seed, "status": "running", "started": time.time(),
             "api_url": self.state.api_url, "prometheus_url": self.state.prometheus_url, "page": None})
         self.closers.push("the record", self._finish_record)
         self._seal()
@@ -225,7 +225,7 @@ class Drill:
             self.pager.poll(self.traffic.elapsed())
 
     def _paged(self, page: dict, t: float) -> None:
-        self.record.update_public(page=page)
+        self.record.update_public(page=page, incident=self.incident.id)
         if page["alert"] is None:
             self.record.event("page", t, report=True)
         else:
@@ -261,7 +261,8 @@ class Drill:
         problems = self._keep_prometheus_data()
         self._seal(status=status)
         self.record.event("drill ended", self.traffic.elapsed() if self.traffic else None, status=status)
-        self.record.update_public(status=status, ended=time.time(), error=error if status == "failed" else None)
+        self.record.update_public(status=status, ended=time.time(), error=error if status == "failed" else None,
+                                  incident=self.incident.id)
         return problems
 
     def _stop_stack(self) -> list[str]:

@@ -51,7 +51,8 @@ class RecordedRun:
 
     @property
     def incident_id(self) -> str:
-        return self.public["incident"]
+        # A live run's public record names its incident only from the page on; the sealed plan always does.
+        return self.public.get("incident") or self.sealed["plan"]["incident_id"]
 
     def windows(self) -> Windows:
         t0 = self.public.get("traffic_started") or self.sealed.get("traffic_started")

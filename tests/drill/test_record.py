@@ -1,9 +1,10 @@
 """The run directory: public files for the candidate, the answer sealed with a key kept elsewhere."""
 import json
+import re
 
 import pytest
 
-from sandbox.drill.record import RunRecord
+from sandbox.drill.record import RunRecord, new_run_id
 
 
 def test_the_sealed_answer_reads_back_only_with_its_key(tmp_path):
@@ -39,3 +40,9 @@ def test_an_existing_run_directory_is_never_overwritten(tmp_path):
     RunRecord.create(tmp_path / "runs", tmp_path / "keys", "same", {})
     with pytest.raises(FileExistsError):
         RunRecord.create(tmp_path / "runs", tmp_path / "keys", "same", {})
+
+
+def test_a_run_id_is_the_time_and_a_random_tag_and_names_no_incident():
+    ids = {new_run_id() for _ in range(20)}
+    assert len(ids) == 20
+    assert all(re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", i) for i in ids), ids

@@ -99,6 +99,8 @@ def test_a_random_drill_pages_and_ctrl_c_reverts_the_fault_and_leaves_no_process
     reader = _reader(drill.stdout, lines)
     try:
         run_dir = _wait_for(lambda: next(runs.glob("*"), None) if runs.is_dir() else None, 180, "the run directory")
+        run_file = run_dir / "run.json"
+        before_page = json.loads(_wait_for(lambda: run_file.is_file() and run_file.read_text(), 30, "run.json"))
         wait_for_page(run_dir, 240)
         _wait_for(lambda: any("PAGE" in line for line in lines), 10, "the page on the terminal")
         os.killpg(drill.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
@@ -114,6 +116,10 @@ def test_a_random_drill_pages_and_ctrl_c_reverts_the_fault_and_leaves_no_process
     assert "reverting the injected changes" in out and "clean-up incomplete" not in out, out
     public = json.loads((run_dir / "run.json").read_text())
     assert public["status"] == "ended", public
+    # Nothing named the incident before the page: not the run's name, its record, or the terminal.
+    until_page = out[:out.index("PAGE")]
+    assert "flaky" not in run_dir.name and "incident" not in before_page and "flaky" not in until_page, until_page
+    assert public["incident"] == "flaky-outputs"
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     # The short incident injects at 20 s of traffic; the page must come within the 120 s target.
     assert public["page"]["alert"] == PAGE
