@@ -85,9 +85,12 @@ def answers(stack, tmp_path_factory):
     try:
         stack.wait_for('count(up{job=~"traffic|canary"} == 1)', lambda v: v == 2, timeout_s=20)
         stack.wait_for('sum(sandbox_traffic_requests_total{status="200"})', lambda v: v >= 15, timeout_s=40)
+        # A deadline, not a verdict: the canary learns each task's reference answer before it checks one
+        # and bursts come in their turn, as fast as this machine answers beside the traffic (60 s was
+        # not enough in one of four full runs here). What is judged is that every expression has data.
         stack.wait_for('min(sum by (task) (sandbox_canary_checks_total)) >= 2 and on() '
                        'sum(sandbox_canary_consistency_checks_total{load="burst"}) >= 4', lambda v: v >= 2,
-                       timeout_s=60)
+                       timeout_s=180)
         # The kill comes last: the restart rules look back one minute from its replacement's start.
         _kill_a_replica(stack)
         stack.wait_for("count(ray_serve_health_check_failures_total)", lambda v: v >= 1, timeout_s=30)
