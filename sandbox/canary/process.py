@@ -18,14 +18,10 @@ from services.stack.state import stop_pid
 
 def spawn(api_url: str, model: str, targets_dir: Path, log_file: Path, *, first_port: int = 9450,
           interval_s: float | None = None, seed: int = 0, timeout_s: float = 15.0) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "sandbox.canary", "--api", api_url, "--model", model,
-           "--targets-dir", str(targets_dir), "--port", str(first_port), "--seed", str(seed)]
+    args = ["--port", str(first_port), "--seed", str(seed)]
     if interval_s is not None:
-        cmd += ["--interval", str(interval_s)]
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        args += ["--interval", str(interval_s)]
+    proc = launch(api_url, model, targets_dir, log_file, *args)
     announced = target_file(targets_dir, proc.pid)
     deadline = time.monotonic() + timeout_s
     while not announced.exists():
@@ -39,19 +35,21 @@ def spawn(api_url: str, model: str, targets_dir: Path, log_file: Path, *, first_
     return proc
 
 
-def launch(api_url: str, model: str, targets_dir: Path, log_file: Path) -> subprocess.Popen:
-    """The canary with its default port and pace, not waited for: a drill goes on while it announces itself."""
-    log = open(log_file, "ab")  # noqa: SIM115 - the child keeps it; closed when we exit
-    return subprocess.Popen([sys.executable, "-m", "sandbox.canary", "--api", api_url, "--model", model,
-                             "--targets-dir", str(targets_dir)],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+def launch(api_url: str, model: str, targets_dir: Path, log_file: Path, *args: str) -> subprocess.Popen:
+    """The canary in a session of its own (args: more of its options), not waited for: a drill goes on
+    while it announces itself."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "sandbox.canary", "--api", api_url, "--model", model,
+                                 "--targets-dir", str(targets_dir), *args],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
 
 
 def halt(proc: subprocess.Popen) -> None:
     """`stop`, without raising for a canary that takes more than 5 s to be reaped."""
-    stop_pid(proc.pid)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(5)
+        stop(proc)
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
