@@ -10,6 +10,7 @@ from typing import Any
 from faults.deploys import Deploy
 from faults.registry import fault_class
 from incidents import promql, taxonomy
+from incidents.capacity import read_rate
 from incidents.reader import IDENTIFIER, KEBAB, Reader, spec_field
 from incidents.script import (
     DIRECTIONS,
@@ -123,13 +124,13 @@ def _traffic(r: Reader, top: dict | None, timeline: Timeline | None, profiles: s
     path: Path_ = ("traffic",)
     m = _section(r, top, "traffic", required=("profile", "rate"), optional=("peaks",))
     profile = _profile(r, m, path, profiles)
-    rate = r.number(m, path, "rate", positive=True)
+    rate = read_rate(r, m, path)
     peaks = []
     for i, item in enumerate(r.sequence(m, path, "peaks") or []):
         ipath = path + ("peaks", i)
         p = r.mapping(item, ipath, required=("at_s", "duration_s"), optional=("rate", "concurrency", "profile"))
         at, length = r.number(p, ipath, "at_s"), r.number(p, ipath, "duration_s", positive=True)
-        peak_rate = r.number(p, ipath, "rate", positive=True) if p and "rate" in p else None
+        peak_rate = read_rate(r, p, ipath)
         concurrency = r.number(p, ipath, "concurrency", positive=True) if p and "concurrency" in p else None
         if p is not None and ("rate" in p) == ("concurrency" in p):
             r.error(ipath, "a peak needs exactly one of `rate` (requests/s) or `concurrency` (a batch job's clients)")

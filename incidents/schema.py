@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from faults.registry import build
+from incidents.capacity import knee_profile, knee_profiles  # noqa: F401 - re-exported with the types
 from incidents.parser import parse_incident
 from incidents.profiles import PROFILES
 from incidents.script import (  # noqa: F401 - re-exported: callers import the whole schema from here
     DIRECTIONS,
     INJECTED,
+    KNEE,
     AnswerKey,
     Event,
     FaultValidator,
@@ -25,6 +27,7 @@ from incidents.script import (  # noqa: F401 - re-exported: callers import the w
     Location,
     Page,
     Peak,
+    Rate,
     Timeline,
     Traffic,
     TrafficChange,

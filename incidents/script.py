@@ -4,13 +4,16 @@ Fault specs stay raw dicts: their fields belong to `faults/`, which validates th
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 DIRECTIONS = ("up", "down", "flat")
 INJECTED = "injected"  # location.replica / location.version: resolved when the fault is injected
 NODES = ("container",)  # variant.node: where one replica runs, when not on the local head
+KNEE = "knee"  # Rate.unit: a fraction of the profile's calibrated knee (`sandbox calibrate`)
+RATE_UNITS = (None, KNEE)  # None: requests/s
 
 FaultValidator = Callable[[dict[str, Any]], None]
 
@@ -22,20 +25,51 @@ class Page:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A Poisson rate as the file writes it: `value` requests/s (unit None), or `value` times the knee of a
+    traffic profile (unit "knee"), so that one incident loads a fast machine and a slow one alike."""
+    value: float
+    unit: str | None = None
+
+    def __post_init__(self):
+        if self.unit not in RATE_UNITS:
+            raise ValueError(f"unit: must be None (requests/s) or {KNEE!r}, got {self.unit!r}")
+        if isinstance(self.value, bool) or not isinstance(self.value, int | float) \
+                or not math.isfinite(self.value) or not self.value > 0:
+            raise ValueError(f"value: must be a finite number > 0, got {self.value!r}")
+
+    def per_second(self, knees: Mapping[str, float], profile: str) -> float:
+        """Requests/s; a knee rate takes `profile`'s knee (req/s) from `knees`."""
+        if self.unit is None:
+            return float(self.value)
+        if profile not in knees:
+            raise ValueError(f"no calibrated knee for traffic profile {profile!r} (rate {self}): "
+                             "run `sandbox calibrate` for it")
+        knee = knees[profile]
+        if isinstance(knee, bool) or not isinstance(knee, int | float) or not math.isfinite(knee) or not knee > 0:
+            raise ValueError(f"the knee of traffic profile {profile!r} must be a finite number of requests/s > 0, "
+                             f"got {knee!r}")
+        return self.value * knee
+
+    def __str__(self) -> str:
+        return str(self.value) if self.unit is None else f"{self.value} {self.unit}"
+
+
+@dataclass(frozen=True)
 class Peak:
     """A window of extra load: a higher Poisson rate (`rate` replaces the base rate), or a batch job
     (`concurrency` clients, each sending its next request when its last one ends, on top of the base)."""
     at_s: float
     duration_s: float
-    rate: float | None = None
-    concurrency: int | None = None
+    rate: Rate | None = None
+    concurrency: int | None = None  # absolute, never in knee units: see FORMAT.md
     profile: str | None = None  # the peak's request mix; None keeps the traffic's
 
 
 @dataclass(frozen=True)
 class Traffic:
     profile: str
-    rate: float  # requests/s, Poisson
+    rate: Rate  # Poisson; a knee rate takes `profile`'s knee, even after a variant changes the profile
     peaks: tuple[Peak, ...] = ()
 
 
@@ -43,7 +77,7 @@ class Traffic:
 class TrafficChange:
     """A variant's change to traffic at injection (decoys, surges); None keeps the incident's."""
     profile: str | None = None
-    rate_factor: float = 1.0  # multiplies the base and peak rates
+    rate_factor: float = 1.0  # multiplies the base and peak rates, in whichever unit they are written
 
 
 @dataclass(frozen=True)

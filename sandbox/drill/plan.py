@@ -8,19 +8,45 @@ same events on every machine: what an interviewer needs for identical cases.
                       │ faults injected, traffic change (decoys)
     peaks: rate windows anywhere in [0, duration), or batch jobs (closed-loop
            clients on top of the base traffic)
+
+Rates written in knee units (incidents/capacity.py) stay fractions until the
+plan is resolved against measured knees. Where segments begin never depends on
+the knees, so `make_plan(..., knees=k)` and `make_plan(...).resolved(k)` agree.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from incidents.capacity import knee_profile
+from incidents.script import KNEE, Rate
 
 
 @dataclass(frozen=True)
 class Segment:
-    """Traffic from `start_s` on: a Poisson rate and a profile name."""
+    """Traffic from `start_s` on: a Poisson rate (requests/s) and a profile name (the request mix).
+
+    A rate written in knee units keeps its fraction (`knee`, rate_factor applied) and the profile whose
+    knee it takes (`knee_profile`, not always `profile`: a decoy changes the mix, not the load); `rate`
+    stays None until the plan is resolved."""
     start_s: float
-    rate: float
+    rate: float | None
     profile: str
+    knee: float | None = None
+    knee_profile: str | None = None
+
+    def __post_init__(self):
+        if (self.knee is None) != (self.knee_profile is None):
+            raise ValueError(f"knee and knee_profile go together, got {self.knee!r} and {self.knee_profile!r}")
+        if self.rate is None and self.knee is None:
+            raise ValueError(f"the segment at {self.start_s:g} s needs a rate or a knee fraction")
+
+    def resolved(self, knees: Mapping[str, float]) -> Segment:
+        """This segment with its rate in requests/s; ValueError naming a profile `knees` lacks."""
+        if self.knee is None:
+            return self
+        return replace(self, rate=Rate(self.knee, KNEE).per_second(knees, self.knee_profile))
 
 
 @dataclass(frozen=True)
@@ -52,6 +78,20 @@ class DrillPlan:
     events: list[PlannedEvent] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
 
+    def unresolved_profiles(self) -> set[str]:
+        """The profiles whose knee this plan still needs before traffic can run."""
+        return {s.knee_profile for s in self.segments if s.rate is None}
+
+    def resolved(self, knees: Mapping[str, float]) -> DrillPlan:
+        """A new plan with every knee-unit rate in requests/s from `knees` (profile -> knee, requests/s);
+        ValueError naming every profile whose knee `knees` lacks."""
+        missing = sorted({s.knee_profile for s in self.segments if s.knee is not None} - set(knees))
+        if missing:
+            raise ValueError(f"no calibrated knee for traffic profile {', '.join(map(repr, missing))}, which the "
+                             "plan's knee-unit rates need: run `sandbox calibrate`")
+        return replace(self, segments=[s.resolved(knees) for s in self.segments], events=list(self.events),
+                       jobs=list(self.jobs))
+
     def segment_at(self, t: float) -> Segment:
         current = self.segments[0]
         for seg in self.segments:
@@ -67,8 +107,10 @@ class DrillPlan:
                            for e in self.events]}
 
 
-def make_plan(incident, variant_name: str, seed: int, duration_s: float | None = None) -> DrillPlan:
-    """The schedule of one drill. `incident` is an incidents.schema.Incident."""
+def make_plan(incident, variant_name: str, seed: int, duration_s: float | None = None,
+              knees: Mapping[str, float] | None = None) -> DrillPlan:
+    """The schedule of one drill. `incident` is an incidents.schema.Incident; knee-unit rates are resolved
+    from `knees` (profile -> knee, requests/s) when given, else left with rate None (`DrillPlan.resolved`)."""
     rng = random.Random(f"{incident.id}/{variant_name}/{seed}")  # str seeds hash deterministically
     tl = incident.timeline
     inject = round(tl.inject_at_s + rng.uniform(0, tl.jitter_s), 1)
@@ -84,7 +126,8 @@ def make_plan(incident, variant_name: str, seed: int, duration_s: float | None =
     jobs = [Job(float(p.at_s), float(min(p.at_s + p.duration_s, duration)), p.concurrency,
                 p.profile or incident.traffic.profile)
             for p in incident.traffic.peaks if p.concurrency is not None and p.at_s < duration]
-    return DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events, jobs)
+    plan = DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events, jobs)
+    return plan if knees is None else plan.resolved(knees)
 
 
 def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segment]:
@@ -98,12 +141,18 @@ def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segm
         cuts |= {float(p.at_s), float(p.at_s + p.duration_s)}
     segments = []
     for start in sorted(c for c in cuts if c < duration_s):
-        rate, profile = traffic.rate, after_profile if start >= inject_s else traffic.profile
+        after = start >= inject_s
+        rate, profile, knee_of = traffic.rate, after_profile if after else traffic.profile, knee_profile(traffic)
         for p in peaks:
             if p.at_s <= start < p.at_s + p.duration_s:
-                rate, profile = p.rate, p.profile or profile
-        if start >= inject_s:
-            rate *= rate_factor
-        if not segments or (segments[-1].rate, segments[-1].profile) != (rate, profile):
-            segments.append(Segment(start, rate, profile))
+                rate, profile, knee_of = p.rate, p.profile or profile, knee_profile(traffic, p)
+        segment = _segment(start, rate, rate_factor if after else 1.0, profile, knee_of)
+        if not segments or replace(segments[-1], start_s=start) != segment:
+            segments.append(segment)
     return segments
+
+
+def _segment(start_s: float, rate: Rate, factor: float, profile: str, knee_of: str) -> Segment:
+    if rate.unit == KNEE:
+        return Segment(start_s, None, profile, rate.value * factor, knee_of)
+    return Segment(start_s, rate.value * factor, profile)

@@ -29,6 +29,8 @@ class TrafficRunner:
     def __init__(self, api_url: str, model: str, plan, seed: int, exporter=None, max_in_flight: int = 256,
                  abandon_share: float = 0.05, abandon_after_s: tuple[float, float] = (0.3, 1.5),
                  open_ended: bool = False):
+        if any(seg.rate is None for seg in plan.segments):  # else expovariate(None), later, in the traffic thread
+            raise ValueError("the plan's knee-unit rates are not resolved: calibrate first")
         if not 0 <= abandon_share < 1:
             raise ValueError(f"abandon_share must be in [0, 1), got {abandon_share!r}")
         self.abandon_share, self.abandon_after_s = abandon_share, abandon_after_s

@@ -4,9 +4,12 @@ from pathlib import Path
 import pytest
 
 from incidents.schema import load_incident
-from sandbox.drill.plan import make_plan
+from sandbox.drill.plan import Segment, make_plan
+from sandbox.drill.traffic_runner import TrafficRunner
+from tests.incidents.samples import VALID, edit, fake_faults
 
 INCIDENTS = Path(__file__).resolve().parents[2] / "incidents"
+KNEES = {"shared-prefix": 4.0, "documents": 3.0}  # requests/s, as `sandbox calibrate` would measure them
 
 
 @pytest.fixture(scope="module")
@@ -17,6 +20,18 @@ def surge():
 @pytest.fixture(scope="module")
 def ttft():
     return load_incident(INCIDENTS / "ttft-after-deploy.yaml")
+
+
+@pytest.fixture(scope="module")
+def knee(tmp_path_factory):
+    """The sample incident in knee units: its base at half the knee, a peak at twice the documents knee, and
+    a decoy (prompts-grew) that changes the mix and multiplies the load by 1.5."""
+    text = edit(VALID, "rate: 3.0", "rate: 0.5 knee")
+    text = edit(text, "{at_s: 150, duration_s: 60, rate: 6.0}", "{at_s: 150, duration_s: 60, rate: 2knee, profile: documents}")
+    text = edit(text, "traffic: {profile: long-prompts}", "traffic: {profile: long-prompts, rate_factor: 1.5}")
+    path = tmp_path_factory.mktemp("incidents") / "ttft-after-deploy.yaml"
+    path.write_text(text)
+    return load_incident(path, fault_validator=fake_faults)
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_moves_the_injection(ttft):
@@ -38,7 +53,7 @@ def test_a_surge_multiplies_the_rate_from_the_injection_on(surge):
     plan = make_plan(surge, "surge", 3)
     before, after = plan.segment_at(plan.inject_at_s - 1), plan.segment_at(plan.inject_at_s + 1)
     factor = surge.variants["surge"].traffic.rate_factor
-    assert before.rate == surge.traffic.rate and after.rate == pytest.approx(surge.traffic.rate * factor)
+    assert before.rate == surge.traffic.rate.value and after.rate == pytest.approx(surge.traffic.rate.value * factor)
     assert before.profile == after.profile == surge.traffic.profile
 
 
@@ -59,4 +74,51 @@ def test_a_batch_job_peak_runs_beside_the_base_traffic_with_its_own_profile():
     peaks = [p for p in oom.traffic.peaks if p.concurrency]
     assert [(j.start_s, j.end_s, j.concurrency, j.profile) for j in plan.jobs] == [
         (p.at_s, p.at_s + p.duration_s, p.concurrency, p.profile) for p in peaks]
-    assert {plan.segment_at(j.start_s + 1).rate for j in plan.jobs} == {oom.traffic.rate}  # the base goes on
+    assert {plan.segment_at(j.start_s + 1).rate for j in plan.jobs} == {oom.traffic.rate.value}  # the base goes on
+
+
+def test_an_absolute_plan_is_the_same_with_or_without_knees(surge):
+    plan = make_plan(surge, "surge", 3)
+    assert plan.segments == [Segment(0.0, 2.0, "default"), Segment(plan.inject_at_s, 6.0, "default")]
+    assert plan.unresolved_profiles() == set()
+    assert make_plan(surge, "surge", 3, knees={}).to_dict() == plan.to_dict() == plan.resolved({}).to_dict()
+    assert plan.to_dict()["segments"][1] == {"start_s": plan.inject_at_s, "rate": 6.0, "profile": "default",
+                                             "knee": None, "knee_profile": None}
+
+
+def test_a_knee_plan_keeps_its_fractions_and_is_unresolved_until_resolved(knee):
+    plan = make_plan(knee, "prompts-grew", 0)
+    inject = plan.inject_at_s
+    # after injection the decoy's mix (long-prompts) runs at the base profile's knee: it changes the mix, not the load
+    assert plan.segments == [Segment(0.0, None, "shared-prefix", 0.5, "shared-prefix"),
+                             Segment(inject, None, "long-prompts", 0.75, "shared-prefix"),
+                             Segment(150.0, None, "documents", 3.0, "documents"),
+                             Segment(210.0, None, "long-prompts", 0.75, "shared-prefix")]
+    assert plan.unresolved_profiles() == {"shared-prefix", "documents"}
+    assert [(s["rate"], s["knee"]) for s in plan.to_dict()["segments"]] == [(None, 0.5), (None, 0.75), (None, 3.0),
+                                                                           (None, 0.75)]
+
+
+def test_resolved_rates_are_the_fraction_times_the_rate_factor_times_the_knee(knee):
+    plan = make_plan(knee, "prompts-grew", 0)
+    resolved = plan.resolved(KNEES)
+    assert [(s.start_s, s.rate, s.knee) for s in resolved.segments] == [
+        (0.0, 2.0, 0.5), (plan.inject_at_s, 3.0, 0.75), (150.0, 9.0, 3.0), (210.0, 3.0, 0.75)]
+    assert resolved.unresolved_profiles() == set() and plan.unresolved_profiles() == {"shared-prefix", "documents"}
+    assert make_plan(knee, "prompts-grew", 0, knees=KNEES).to_dict() == resolved.to_dict()
+    assert [s.rate for s in make_plan(knee, "prefix-off", 0, knees=KNEES).segments] == [2.0, 6.0, 2.0]
+
+
+def test_a_missing_knee_is_a_value_error_naming_the_profile(knee):
+    plan = make_plan(knee, "prompts-grew", 0)
+    with pytest.raises(ValueError, match="no calibrated knee for traffic profile 'documents', which the plan's"):
+        plan.resolved({"shared-prefix": 4.0})
+    with pytest.raises(ValueError, match="no calibrated knee for traffic profile 'documents', 'shared-prefix'"):
+        make_plan(knee, "prompts-grew", 0, knees={})
+
+
+def test_the_traffic_runner_refuses_a_plan_with_unresolved_knee_rates(knee):
+    with pytest.raises(ValueError, match="^the plan's knee-unit rates are not resolved: calibrate first$"):
+        TrafficRunner("http://127.0.0.1:9", "model", make_plan(knee, "prompts-grew", 0), seed=0)
+    runner = TrafficRunner("http://127.0.0.1:9", "model", make_plan(knee, "prompts-grew", 0, knees=KNEES), seed=0)
+    assert runner.plan.segments[0].rate == 2.0  # built, never started: nothing is sent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from incidents.schema import INJECTED, IncidentError, choose_variant, load_catalogue, load_incident
+from incidents.schema import INJECTED, IncidentError, Rate, choose_variant, load_catalogue, load_incident
 from tests.incidents.samples import VALID, edit, fake_faults, line_of, problem
 
 pytestmark = pytest.mark.usefixtures("promtool")
@@ -15,8 +15,8 @@ def test_valid_incident_loads_into_typed_fields(write):
     assert incident.id == "ttft-after-deploy"
     assert incident.page.alert == "TimeToFirstTokenHigh" and incident.page.report is None
     assert incident.setup == {}
-    assert (incident.traffic.profile, incident.traffic.rate) == ("shared-prefix", 3.0)
-    assert [(p.at_s, p.duration_s, p.rate) for p in incident.traffic.peaks] == [(150, 60, 6.0)]
+    assert (incident.traffic.profile, incident.traffic.rate) == ("shared-prefix", Rate(3.0))
+    assert [(p.at_s, p.duration_s, p.rate) for p in incident.traffic.peaks] == [(150, 60, Rate(6.0))]
     tl = incident.timeline
     assert (tl.baseline_s, tl.inject_at_s, tl.jitter_s, tl.duration_s) == (90, 100, 15, 300)
     assert tl.events[0].at_s == 100 and tl.events[0].fault == {"type": "deploy", "set": {"default_max_tokens": 48}}
