@@ -40,7 +40,7 @@ def test_promtool_check_rules_passes():
 
 
 def test_the_alerts_are_the_ones_incidents_page_with():
-    assert RULES == [REPO_ROOT / "dashboards" / "rules" / "serving.rules.yml"]
+    assert RULES == [REPO_ROOT / "dashboards" / "rules" / name for name in ("serving.rules.yml", "thresholds.rules.yml")]
     assert ALERTS == ["TimeToFirstTokenHigh", "ClientTimeToFirstTokenHigh", "InterTokenLatencyHigh",
                       "ReplicaInterTokenLatencyHigh", "ReplicaTimeToFirstTokenHigh", "ServingErrorRateHigh", "ReplicaRestarted",
                       "CanaryAccuracyLow", "CanaryOutputsInconsistent"]
@@ -89,12 +89,12 @@ def test_thresholds_are_constants_in_one_group():
 def test_the_generated_config_loads_the_rules_and_evaluates_every_second(tmp_path):
     (tmp_path / "sd.json").write_text('[{"labels": {"job": "ray"}, "targets": ["127.0.0.1:1"]}]')
     rule_files = alerts.install_rules(tmp_path / "rules")
-    assert [p.name for p in rule_files] == ["serving.rules.yml"]
+    assert [p.name for p in rule_files] == ["serving.rules.yml", "thresholds.rules.yml"]
     text = render(scrape_interval_s=1.0, prometheus_address="127.0.0.1:9", ray_sd_file=tmp_path / "sd.json",
                   targets_dir=tmp_path / "targets", rule_files=rule_files)
     config = yaml.safe_load(text)
     assert config["global"]["evaluation_interval"] == "1000ms"
-    assert config["rule_files"] == [str(tmp_path / "rules" / "serving.rules.yml")]
+    assert config["rule_files"] == [str(tmp_path / "rules" / n) for n in ("serving.rules.yml", "thresholds.rules.yml")]
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert jobs["canary"]["file_sd_configs"][0]["files"] == [str(tmp_path / "targets" / "canary-*.json")]
     assert jobs["traffic"]["file_sd_configs"][0]["files"] == [str(tmp_path / "targets" / "traffic-*.json")]
@@ -192,7 +192,7 @@ SCENARIOS = [
 
 def _without_annotations(rules_dir: Path) -> Path:
     """The rules with annotations dropped: promtool compares them too, and they are checked above."""
-    data = yaml.safe_load(RULES[0].read_text())
+    data = {"groups": [g for path in RULES for g in yaml.safe_load(path.read_text())["groups"]]}
     for group in data["groups"]:
         for rule in group["rules"]:
             rule.pop("annotations", None)

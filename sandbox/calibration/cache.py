@@ -1,0 +1,100 @@
+"""Calibrations kept per machine, serve config and catalogue: `<home>/calibration/<digest>.json`.
+
+The key names what a calibration measured, so a change to any part of it means a new sweep:
+
+    machine    CPU model, the CPUs this process may run on (taskset, cgroup quota), memory,
+               whether a GPU is present: what the stack's replicas inherit
+    serve      the deployed Serve config (replicas, engine settings, version)
+    catalogue  every incident file, the traffic profiles, and the sweep's own settings
+
+A file that does not parse or does not hold a whole calibration is corrupt: it is reported,
+removed and measured again, never trusted. Writes are atomic (a temporary file renamed).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import asdict
+from pathlib import Path
+
+from sandbox.calibration.capacity import Calibration, CalibrationError
+from sandbox.calibration.sweep import SweepConfig
+from services.stack.settings import REPO_ROOT
+
+PROFILES_FILE = REPO_ROOT / "incidents" / "profiles.py"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cpu_model() -> str:
+    for line in _read(Path("/proc/cpuinfo")).splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _cpu_quota() -> str:
+    """The cgroup's CPU limit (v2 `cpu.max`, v1 quota/period), '' when there is none to read."""
+    v2 = _read(Path("/sys/fs/cgroup/cpu.max"))
+    if v2:
+        return v2
+    quota, period = _read(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")), _read(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+    return f"{quota} {period}".strip()
+
+
+def machine() -> dict:
+    mem = next((line.split()[1] for line in _read(Path("/proc/meminfo")).splitlines()
+                if line.startswith("MemTotal")), "")
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return {"cpu": _cpu_model(), "cpus": os.cpu_count(), "affinity": affinity, "cpu_quota": _cpu_quota(),
+            "mem_kb": mem, "gpu": Path("/dev/nvidia0").exists(), "arch": platform.machine()}
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def catalogue_digest(incidents_dir: Path, sweep: SweepConfig) -> str:
+    parts = [f"{p.name}\n{_read(p)}" for p in sorted(Path(incidents_dir).glob("*.yaml"))]
+    return digest("\n---\n".join([*parts, _read(PROFILES_FILE), json.dumps(asdict(sweep), sort_keys=True)]))
+
+
+def key(serve_config: Path, incidents_dir: Path, sweep: SweepConfig, profiles: list[str]) -> dict:
+    return {"machine": machine(), "serve": digest(_read(Path(serve_config))),
+            "catalogue": catalogue_digest(incidents_dir, sweep), "profiles": sorted(profiles)}
+
+
+def path_for(home: Path, k: dict) -> Path:
+    return Path(home) / "calibration" / f"{digest(json.dumps(k, sort_keys=True))}.json"
+
+
+def load(home: Path, k: dict) -> tuple[Calibration | None, str | None]:
+    """(the cached calibration for key k, None) or (None, why there is none usable)."""
+    path = path_for(home, k)
+    if not path.exists():
+        return None, "no calibration for this machine, serve config and catalogue yet"
+    try:
+        cal = Calibration.from_dict(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError, CalibrationError) as e:
+        path.unlink(missing_ok=True)
+        return None, f"the cached calibration {path} is corrupt ({e}); measuring again"
+    if cal.key != k:  # a digest collision or a hand-edited file: not this key's measurement
+        path.unlink(missing_ok=True)
+        return None, f"the cached calibration {path} was made for another key; measuring again"
+    return cal, None
+
+
+def save(home: Path, cal: Calibration) -> Path:
+    path = path_for(home, cal.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cal.to_dict(), indent=1))
+    tmp.replace(path)
+    return path

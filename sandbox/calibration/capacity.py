@@ -1,0 +1,98 @@
+"""What a calibration found: each profile's capacity, the knee, and the SLOs derived from them.
+
+    ProfileCapacity  one profile: its one-at-a-time and ceiling points, its knee (req/s)
+    Calibration      every profile of the catalogue, the reference profile's latency curve,
+                     the thresholds derived from them, and the key it is valid for
+
+The full sweep (one at a time, the ceiling, Poisson rates between) runs on one reference
+profile, whose knee is found as a share of its ceiling; every other profile is measured
+at its ceiling, and its knee is that same share of its own ceiling.
+The latency curve's shape (where queueing takes over, as a share of what the stack can
+complete) is a property of the stack; each profile's cost is measured. That keeps a
+calibration of the catalogue's three base profiles within 90 s on a 2-core machine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sandbox.calibration.sweep import SweepPoint
+
+
+class CalibrationError(ValueError):
+    """A calibration that cannot be trusted (a corrupt cache) or cannot be made (bad input)."""
+
+
+@dataclass(frozen=True)
+class ProfileCapacity:
+    profile: str
+    single: SweepPoint | None  # None for a profile whose knee is scaled from the reference's
+    ceiling: SweepPoint
+    knee_rps: float
+
+    def __post_init__(self):
+        if (self.single is not None and self.single.phase != "single") or self.ceiling.phase != "ceiling":
+            raise CalibrationError(f"profile {self.profile}: points out of place")
+        if not self.knee_rps > 0 or self.ceiling.rate <= 0:
+            raise CalibrationError(f"profile {self.profile}: knee and ceiling must be positive")
+
+    def to_dict(self) -> dict:
+        return {"profile": self.profile, "knee_rps": round(self.knee_rps, 4),
+                "single": None if self.single is None else self.single.to_dict(),
+                "ceiling": self.ceiling.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ProfileCapacity:
+        return cls(str(d["profile"]), None if d["single"] is None else point_from_dict(d["single"]),
+                   point_from_dict(d["ceiling"]),
+                   float(d["knee_rps"]))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    key: dict  # what it is valid for: machine, serve config, catalogue (sandbox/calibration/cache.py)
+    measured_at: float  # unix time
+    seconds: float  # how long the sweep took
+    reference: str  # the profile with the full sweep
+    knee_share: float  # the reference profile's knee over its ceiling
+    knee_factor: float  # the knee: TTFT p99 within this factor of the one-at-a-time median
+    profiles: dict[str, ProfileCapacity]
+    curve: tuple[SweepPoint, ...]  # the reference profile's Poisson points
+    thresholds: dict[str, float] = field(default_factory=dict)  # sandbox:threshold:* name -> value
+
+    def __post_init__(self):
+        if self.reference not in self.profiles:
+            raise CalibrationError(f"the reference profile {self.reference!r} has no capacity")
+        if not 0 < self.knee_share <= 1:
+            raise CalibrationError(f"knee_share must be in (0, 1], got {self.knee_share!r}")
+
+    def knees(self) -> dict[str, float]:
+        """profile -> knee (req/s): what an incident's `rate: 0.6 knee` is a fraction of."""
+        return {name: p.knee_rps for name, p in self.profiles.items()}
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "measured_at": self.measured_at, "seconds": round(self.seconds, 1),
+                "reference": self.reference, "knee_share": round(self.knee_share, 4),
+                "knee_factor": self.knee_factor,
+                "profiles": {n: p.to_dict() for n, p in self.profiles.items()},
+                "curve": [p.to_dict() for p in self.curve], "thresholds": self.thresholds}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Calibration:
+        """Raises CalibrationError for anything that is not a whole calibration (a corrupt cache)."""
+        try:
+            return cls(dict(d["key"]), float(d["measured_at"]), float(d["seconds"]), str(d["reference"]),
+                       float(d["knee_share"]), float(d["knee_factor"]),
+                       {str(n): ProfileCapacity.from_dict(p) for n, p in d["profiles"].items()},
+                       tuple(point_from_dict(p) for p in d["curve"]),
+                       {str(k): float(v) for k, v in d["thresholds"].items()})
+        except CalibrationError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CalibrationError(f"not a calibration: {type(e).__name__}: {e}") from None
+
+
+def point_from_dict(d: dict) -> SweepPoint:
+    opt = lambda k: None if d[k] is None else float(d[k])  # noqa: E731
+    return SweepPoint(str(d["phase"]), float(d["offered"]), int(d["requests"]), int(d["errors"]), float(d["rate"]),
+                      opt("ttft_p50_s"), opt("ttft_p99_s"), opt("itl_p50_s"), opt("itl_p99_s"),
+                      float(d["output_tokens_per_s"]))

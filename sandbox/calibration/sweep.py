@@ -1,0 +1,191 @@
+"""A capacity sweep of one traffic profile through the OpenAI API, as GuideLLM's sweep does it.
+
+    single    one request at a time (closed loop, one client): the latency of an idle stack
+    ceiling   a bounded number of clients, each sending its next request when its last ends:
+              the most requests per second the stack completes (its throughput ceiling)
+    rates     Poisson arrivals at fractions of the ceiling: latency as load approaches it
+
+Every phase is measured on the requests that *finished* inside its window, after the
+first ones (warm-up) have come back, so a phase's figures are its own and not its
+predecessor's queue. The knee is the highest rate whose TTFT p99 stays within
+`knee_factor` of the one-at-a-time TTFT (linear between measured rates): beyond it a
+queue builds faster than the stack drains it. The one-at-a-time figure is the median:
+a handful of idle requests give a steady median, while their p99 is their slowest one
+(0.09 s and 0.46 s in two sweeps a minute apart here, which moved the knee tenfold).
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import httpx
+
+from incidents.profiles import TrafficProfile
+from sandbox.traffic.generator import RequestResult, send_request
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    single_s: float = 8.0
+    ceiling_s: float = 7.0
+    rate_s: float = 6.0
+    # The ceiling's clients, per replica: enough to fill each replica's batch the way a burst does,
+    # few enough that each request still finishes inside the window (GuideLLM's unbounded 512
+    # streams got no request through in 15 s here). Here 8, 16 and 32 clients on two replicas
+    # completed 4.1, 5.3 and 4.8 requests/s: past 16 the batch only adds queue.
+    clients_per_replica: int = 8
+    fractions: tuple[float, ...] = (0.35, 0.6, 0.85)
+    knee_factor: float = 10.0  # the knee: TTFT p99 within this factor of the one-at-a-time median
+    warmup_s: float = 1.0  # requests finishing this soon after a phase starts belong to the phase before
+
+    def __post_init__(self):
+        for name in ("single_s", "ceiling_s", "rate_s"):
+            if not 1 <= getattr(self, name) <= 120:
+                raise ValueError(f"{name} must be in [1, 120] seconds, got {getattr(self, name)!r}")
+        if not 1 <= self.clients_per_replica <= 64:
+            raise ValueError(f"clients_per_replica must be in [1, 64], got {self.clients_per_replica!r}")
+        if not self.fractions or any(not 0 < f < 1 for f in self.fractions) or list(self.fractions) != sorted(
+                set(self.fractions)):
+            raise ValueError(f"fractions must be increasing, each in (0, 1), got {self.fractions!r}")
+        if self.knee_factor <= 1:
+            raise ValueError(f"knee_factor must be > 1, got {self.knee_factor!r}")
+        if not 0 <= self.warmup_s < min(self.single_s, self.ceiling_s, self.rate_s):
+            raise ValueError("warmup_s must be >= 0 and shorter than every phase")
+
+    def seconds(self, profiles: int = 1) -> float:
+        """A calibration's measuring time (stragglers not counted): the reference profile's full
+        sweep and the others' ceilings."""
+        return self.single_s + self.ceiling_s * profiles + self.rate_s * len(self.fractions)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    phase: str  # "single" | "ceiling" | "rate"
+    offered: float  # clients (single, ceiling) or requests/s offered (rate)
+    requests: int  # finished inside the window
+    errors: int
+    rate: float  # requests/s finished inside the window
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    itl_p50_s: float | None
+    itl_p99_s: float | None
+    output_tokens_per_s: float
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between order statistics (numpy's default), None for no values."""
+    if not values:
+        return None
+    s = sorted(values)
+    pos = q / 100 * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(phase: str, offered: float, finished: list[tuple[float, RequestResult]], window_s: float) -> SweepPoint:
+    ok = [r for _, r in finished if r.status == "200"]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+    gaps = [g for r in ok for g in r.chunk_gaps_s]
+    return SweepPoint(phase, offered, len(ok), len(finished) - len(ok), len(ok) / window_s,
+                      percentile(ttft, 50), percentile(ttft, 99), percentile(gaps, 50), percentile(gaps, 99),
+                      sum(r.completion_tokens for r in ok) / window_s)
+
+
+class Sweeper:
+    """Runs the phases of one profile's sweep against one API; `progress(fraction)` after each phase."""
+
+    def __init__(self, api_url: str, model: str, config: SweepConfig = SweepConfig(), seed: int = 0,
+                 progress: Callable[[str], None] | None = None, replicas: int = 1):
+        self.api_url, self.model, self.config, self.seed = api_url, model, config, seed
+        self.clients = config.clients_per_replica * max(1, replicas)
+        self.progress = progress or (lambda phase: None)
+
+    def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
+        """full=False: the ceiling phase only (a profile whose knee is scaled from the reference's)."""
+        return asyncio.run(self._run(profile, full))
+
+    async def _run(self, profile: TrafficProfile, full: bool) -> list[SweepPoint]:
+        cfg = self.config
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+        async with httpx.AsyncClient(base_url=self.api_url, limits=limits,
+                                     timeout=httpx.Timeout(120.0, connect=10.0)) as client:
+            rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
+            points = []
+            if full:
+                points.append(await self._closed(client, profile, rng, "single", 1, cfg.single_s))
+                self.progress("single")
+            ceiling = await self._closed(client, profile, rng, "ceiling", self.clients, cfg.ceiling_s)
+            points.append(ceiling)
+            self.progress("ceiling")
+            if ceiling.rate <= 0:
+                raise RuntimeError(f"profile {profile.name}: no request finished in the {cfg.ceiling_s:g} s "
+                                   f"throughput phase ({ceiling.errors} errors): is the stack serving?")
+            for fraction in cfg.fractions if full else ():
+                points.append(await self._poisson(client, profile, rng, fraction * ceiling.rate, cfg.rate_s))
+                self.progress(f"rate {fraction:g}")
+        return points
+
+    async def _one(self, client, profile, rng, finished: list, t_start: float) -> None:
+        result = await send_request(client, profile.sample(rng), self.model)
+        finished.append((time.monotonic() - t_start, result))
+
+    async def _closed(self, client, profile, rng, phase: str, clients: int, window_s: float) -> SweepPoint:
+        finished: list[tuple[float, RequestResult]] = []
+        t_start = time.monotonic()
+        end = t_start + self.config.warmup_s + window_s
+
+        async def loop() -> None:
+            while time.monotonic() < end:
+                await self._one(client, profile, rng, finished, t_start)
+
+        await asyncio.gather(*(loop() for _ in range(clients)))
+        return self._point(phase, clients, finished, window_s)
+
+    async def _poisson(self, client, profile, rng, rate: float, window_s: float) -> SweepPoint:
+        finished: list[tuple[float, RequestResult]] = []
+        t_start = time.monotonic()
+        arrivals = random.Random(f"arrivals/{profile.name}/{rate:.6f}/{self.seed}")
+        pending, t = set(), 0.0
+        while (t := t + arrivals.expovariate(rate)) < self.config.warmup_s + window_s:
+            await asyncio.sleep(max(0.0, t_start + t - time.monotonic()))
+            task = asyncio.create_task(self._one(client, profile, rng, finished, t_start))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        if pending:  # what arrived in the window finishes: a phase's queue is its own
+            await asyncio.wait(pending, timeout=60)
+        return self._point("rate", rate, finished, window_s, arrived_before=self.config.warmup_s + window_s)
+
+    def _point(self, phase: str, offered: float, finished: list, window_s: float,
+               arrived_before: float | None = None) -> SweepPoint:
+        lo, hi = self.config.warmup_s, self.config.warmup_s + window_s
+        if arrived_before is None:  # closed loop: what finished inside the window
+            inside = [(t, r) for t, r in finished if lo <= t <= hi]
+            return summarize(phase, offered, inside, window_s)
+        # open loop: every request that arrived after the warm-up (it started at t - e2e), however late it ended
+        inside = [(t, r) for t, r in finished if t - r.e2e_s >= lo]
+        return summarize(phase, offered, inside, window_s)
+
+
+def knee(points: list[SweepPoint], factor: float) -> float:
+    """The highest rate whose TTFT p99 stays within `factor` x the one-at-a-time median (req/s).
+
+    Linear between the measured rates (from the idle point at rate 0); past the last, the last."""
+    single = next((p for p in points if p.phase == "single"), None)
+    rates = sorted((p for p in points if p.phase == "rate" and p.ttft_p99_s is not None), key=lambda p: p.offered)
+    if not rates or single is None or single.ttft_p50_s is None:
+        raise ValueError("a knee needs the one-at-a-time point and at least one measured rate")
+    limit = factor * single.ttft_p50_s
+    prev_rate, prev_p99 = 0.0, single.ttft_p50_s
+    for p in rates:
+        if p.ttft_p99_s > limit:
+            share = (limit - prev_p99) / (p.ttft_p99_s - prev_p99) if p.ttft_p99_s > prev_p99 else 0.0
+            return prev_rate + max(0.0, min(1.0, share)) * (p.offered - prev_rate)
+        prev_rate, prev_p99 = p.offered, p.ttft_p99_s
+    return prev_rate

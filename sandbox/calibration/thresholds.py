@@ -1,0 +1,44 @@
+"""The latency SLOs of a calibrated stack: the `sandbox:threshold:*` values its alerts compare against.
+
+Every latency threshold is a stated multiple of a figure the calibration measured, so the
+same rules page on a 2-core CPU and on a GPU box (the slowest profile sets each, since one
+threshold serves every incident on the stack: a threshold that differed by incident would
+tell the candidate which one is running):
+
+    ttft_p99_seconds      TTFT_SLO_X x the TTFT p99 at the ceiling (the sweep's clients, each
+                          sending its next request when its last ends: the fullest batch and
+                          the longest queue a healthy stack keeps up with)
+    client_ttft_p99       CLIENT_X x that (the proxy and router add their share)
+    itl_p99_seconds       ITL_SLO_X x the time between tokens at the ceiling
+    replica floors        a share of the fleet's SLOs: a ratio of small latencies is noise
+
+Ratio thresholds (one replica against the fastest) stay as written in the rule file:
+replicas share one machine, so their ratio does not depend on its speed. Non-latency
+thresholds (error share, canary accuracy) are shares, not speeds, and stay too.
+Each figure has a floor, so a sweep on a very fast stack does not set an SLO below what
+Prometheus' histogram buckets can tell apart.
+"""
+from __future__ import annotations
+
+TTFT_SLO_X = 2.0
+CLIENT_X = 1.6
+ITL_SLO_X = 1.5
+REPLICA_ITL_FLOOR_SHARE = 1 / 3
+REPLICA_TTFT_FLOOR_SHARE = 0.8
+FLOOR_S = {"ttft": 0.1, "itl": 0.05}
+
+
+def derive(profiles: dict) -> dict[str, float]:
+    """{sandbox:threshold name: value} from ProfileCapacity values (sandbox/calibration/capacity.py)."""
+    if not profiles:
+        raise ValueError("thresholds need at least one calibrated profile")
+    ceiling_ttft = max(p.ceiling.ttft_p99_s or 0.0 for p in profiles.values())
+    ceiling_itl = max(p.ceiling.itl_p99_s or 0.0 for p in profiles.values())
+    ttft = max(FLOOR_S["ttft"], TTFT_SLO_X * ceiling_ttft)
+    itl = max(FLOOR_S["itl"], ITL_SLO_X * ceiling_itl)
+    r = lambda v: round(v, 3)  # noqa: E731
+    return {"sandbox:threshold:ttft_p99_seconds": r(ttft),
+            "sandbox:threshold:client_ttft_p99_seconds": r(CLIENT_X * ttft),
+            "sandbox:threshold:itl_p99_seconds": r(itl),
+            "sandbox:threshold:replica_itl_p99_floor_seconds": r(REPLICA_ITL_FLOOR_SHARE * itl),
+            "sandbox:threshold:replica_ttft_p99_floor_seconds": r(REPLICA_TTFT_FLOOR_SHARE * ttft)}
