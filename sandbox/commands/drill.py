@@ -4,12 +4,13 @@ from __future__ import annotations
 # Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
 # start without loading what other commands need (the grader's plots, the engine, Ray's client).
 import random
+from pathlib import Path
 
 import typer
 from rich.panel import Panel
 
 from sandbox.commands.common import config, console, err_console, fail, print_json
-from sandbox.commands.verify_report import print_verify_checks, print_verify_table, verify_row
+from sandbox.commands.verify_report import print_stats_tables, print_verify_checks, verify_row
 from services.stack.compose_backend import BACKEND_HELP, Backend
 
 INCIDENTS_HELP = "incident id (symptom-named), e.g. ttft-after-deploy; `sandbox drill --list` shows them"
@@ -128,15 +129,28 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def verify(
         incident: str = typer.Argument(None, help=INCIDENTS_HELP),
-        variant: str = typer.Option(None, "--variant", help="the variant to check (default: chosen by --seed)"),
+        variant: str = typer.Option(None, "--variant", help="the variant to check (default: chosen by the "
+                                    "(first) seed)"),
         every: bool = typer.Option(False, "--all", help="every variant of the incident (of every incident "
                                                         "when none is named), one after another"),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(None, "--seed", help="run this one seed (default: a fresh seed per run, "
+                                 "drawn at random and recorded)"),
+        runs: int = typer.Option(1, "--runs", help="fresh headless drills per variant, each at a fresh seed"),
         duration: float = typer.Option(None, "--duration", min=30, help="seconds of traffic (default: the incident's)"),
-        as_json: bool = typer.Option(False, "--json", help="one JSON object with a boolean `pass` and the checks"),
+        markdown: Path = typer.Option(None, "--markdown", help="also write the runs and each variant "  # noqa: B008
+                                      "in sum to this file, as Markdown tables"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object with a boolean `pass` and the checks "
+                                     "(of several runs: `runs` and `variants`)"),
     ):
-        """Check a variant is a fair drill: it pages within 120 s and never in the baseline, its evidence
-        separates it from every sibling variant, other incidents' signals stay quiet, nothing leaks."""
+        """Check a variant is a fair drill: it pages within 120 s and by a margin, never in the baseline, its
+        evidence separates it from every sibling variant (also a minute after the page), other incidents'
+        signals stay quiet, nothing leaks. Exit code 1 unless every run passes."""
+        from sandbox.drill.verify_stats import fresh_seeds, input_problem, run_row, summarise, used_seeds
+        from sandbox.drill.verify_stats import markdown as render_markdown
+
+        problem = input_problem(runs, seed, markdown)
+        if problem:
+            fail(problem, code=2)  # before anything starts
         catalogue = _catalogue()
         if every:
             if variant is not None:
@@ -145,26 +159,34 @@ def register(app: typer.Typer) -> None:
             for name in names:
                 if name not in catalogue:
                     fail(f"unknown incident {name!r}; choose from {', '.join(sorted(catalogue))}", code=2)
-            cases = [(catalogue[n], v) for n in names for v in catalogue[n].variants]
-            cases = _runnable_cases(cases)
-        else:
-            if incident is None:
-                fail("name an incident (or pass --all)", code=2)
-            cases = [_pick(catalogue, incident, False, seed, variant)]
-        if len(cases) > 1:
-            results = _verify_many(catalogue, cases, seed, duration, as_json)
-        else:
-            results = [_verify_one(catalogue, *cases[0], seed, duration, as_json)]
-        if len(results) == 1:
+            cases = _runnable_cases([(catalogue[n], v) for n in names for v in catalogue[n].variants])
+        elif incident is None:
+            fail("name an incident (or pass --all)", code=2)
+        seeds = [seed] if seed is not None else fresh_seeds(runs * (len(cases) if every else 1),
+                                                            used_seeds(config().runs), random.SystemRandom())
+        if not every:
+            cases = [_pick(catalogue, incident, False, seeds[0], variant)]
+        planned = [(inc, v, seeds[i * runs + k]) for i, (inc, v) in enumerate(cases) for k in range(runs)]
+        results = _verify_many(catalogue, planned, duration, as_json)
+        rows = [run_row(r) for r in results]
+        variants = summarise(rows)
+        if markdown is not None:
+            import shlex
+            import sys
+            from datetime import datetime
+
+            when = datetime.now().astimezone().isoformat(timespec="seconds")
+            markdown.write_text(render_markdown(rows, variants, when, "sandbox " + shlex.join(sys.argv[1:])))
+        if len(results) == 1 and not every:
             out = results[0]
         else:
-            out = {"pass": all(r["pass"] for r in results), "results": results,
-                   "table": [verify_row(r) for r in results]}
+            out = {"pass": all(r["pass"] for r in results), "runs": rows, "variants": variants,
+                   "results": results, "table": [verify_row(r) for r in results]}
             if not as_json:
-                print_verify_table(out["table"])
+                print_stats_tables(rows, variants)
         if as_json:
             print_json(out)
-        if not out["pass"]:
+        if not all(r["pass"] for r in results):
             raise typer.Exit(1)
 
 
@@ -205,15 +227,18 @@ def _runnable_cases(cases: list) -> list:
 
 
 def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
+    from datetime import datetime
+
     from sandbox.drill.verify import check_run
 
+    ran_at = datetime.now().astimezone().isoformat(timespec="seconds")
     try:
         result = _run(inc, variant, seed, duration, False, as_json, True,
                       before_teardown=lambda d, prom: check_run(d, prom, catalogue))
     except typer.Exit:  # the drill failed (said why on stderr); the other cases still run
-        return {"incident": inc.id, "variant": variant, "seed": seed, "run_id": None, "pass": False,
-                "checks": None, "status": "failed"}
-    out = {"incident": inc.id, "variant": variant, "seed": seed, "run_id": result.run_id,
+        return {"incident": inc.id, "variant": variant, "seed": seed, "run_id": None, "ran_at": ran_at,
+                "pass": False, "checks": None, "status": "failed"}
+    out = {"incident": inc.id, "variant": variant, "seed": seed, "run_id": result.run_id, "ran_at": ran_at,
            "pass": bool(result.checks and result.checks["pass"]) and result.status == "finished",
            "checks": result.checks, "status": result.status}
     if not as_json:
@@ -221,9 +246,15 @@ def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
     return out
 
 
-def _verify_many(catalogue, cases, seed, duration, as_json) -> list[dict]:
-    """One fresh stack per case: series of replicas from earlier drills would pile up in Ray's exporter."""
-    return [_verify_one(catalogue, inc, v, seed, duration, as_json) for inc, v in cases]
+def _verify_many(catalogue, planned, duration, as_json) -> list[dict]:
+    """planned: (incident, variant, seed) per run. One fresh stack per run: series of replicas from earlier
+    drills would pile up in Ray's exporter."""
+    results = []
+    for inc, v, seed in planned:
+        results.append(_verify_one(catalogue, inc, v, seed, duration, as_json))
+        if results[-1]["status"] == "interrupted":
+            break  # Ctrl-C ends the series, not only the run it came in
+    return results
 
 
 def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardown=None, open_ended=False,

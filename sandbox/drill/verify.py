@@ -1,8 +1,11 @@
 """`sandbox verify`: is this variant a fair drill? Checked on a real headless run, from Prometheus.
 
   (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
+               its condition held by a margin (PAGE_MARGIN_MIN x its threshold, for its whole `for:`)
+               and the baseline stayed well under it (BASELINE_MARGIN_MAX): sandbox/drill/margins.py;
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
-               every sibling variant with another answer at least one signal contradicts the sibling's signature;
+               every sibling variant with another answer at least one signal contradicts the sibling's signature,
+               both over the whole window and on the data up to a minute after the page;
   (c) quiet    once the injection has settled, no incident with another kind of symptom (latency,
                errors, accuracy, consistency) pages or moves its primary signal the way its symptom
                does (alerts while a 1m rate window still holds the injection's transition
@@ -23,7 +26,8 @@ import statistics
 from dataclasses import dataclass
 
 from sandbox.drill.leaks import scan_drill
-from services.stack.alerts import first_firing
+from sandbox.drill.margins import baseline_margin, page_margin
+from services.stack.alerts import alert_for_seconds, alert_rules, first_firing
 
 PAGE_WITHIN_S = 120.0
 WARMUP_S = 30.0  # the first seconds of traffic fill caches and rate windows: not baseline
@@ -43,6 +47,15 @@ REL_CHANGE = 0.2
 OTHERS_REL_CHANGE = {"latency": 0.5}
 SIGMAS = 3.0
 ABS_FLOOR = 1e-3
+OBSERVE_STEP_S = 2.0
+# A fair page is not a near thing: its alert's condition held at 1.5x its threshold for the rule's
+# whole `for:`, and the healthy baseline stayed under two thirds of it (sandbox/drill/margins.py).
+PAGE_MARGIN_MIN = 1.5
+BASELINE_MARGIN_MAX = 0.67
+MARGIN_STEP_S = 1.0  # Prometheus evaluates the rules every second
+# What a candidate has seen a minute after the page must already tell the variants apart: the
+# separation is checked again on the data up to then.
+SEPARATE_WITHIN_S = 60.0
 
 
 @dataclass
@@ -82,7 +95,7 @@ def settle_after(expr: str) -> float:
     return max([SETTLE_S, *ranges])
 
 
-def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float, step_s: float = 2.0,
+def observe(prom, name: str, expr: str, t0: float, inject_s: float, end_s: float, step_s: float = OBSERVE_STEP_S,
             settled_s: float | None = None, rel_change: float = REL_CHANGE) -> Observed:
     """Baseline: warm-up to the injection. Incident: from settle_after(expr) after the injection completed (settled_s)."""
     settled_s = inject_s if settled_s is None else settled_s
@@ -131,47 +144,91 @@ def _same_answer(a, b) -> bool:
     return (a.answer.root_cause, a.answer.location) == (b.answer.root_cause, b.answer.location)
 
 
-def check_run(drill, prom, catalogue: dict) -> dict:
-    """All three checks for a drill that has just run its timeline (Prometheus still up)."""
-    incident, plan = drill.incident, drill.plan
-    t0 = drill.t0_wall
-    injected = [f["at_s"] for f in drill.fault_log if f["event"] == "inject" and f["at_s"] is not None]
-    inject_wall = t0 + (injected[0] if injected else plan.inject_at_s)
-    inject_s = inject_wall - t0
-    done = [f.get("done_s") or f["at_s"] for f in drill.fault_log if f["event"] == "inject" and f["at_s"] is not None]
-    settled_s = max(done) if done else inject_s  # a rolling deploy's own disruption is not the incident
-    end_s = drill.traffic.elapsed()
-    checks = {}
+def paging_alerts() -> list[str]:
+    return [name for name, rule in alert_rules().items() if rule.get("labels", {}).get("severity") == "page"]
 
+
+def _r3(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def page_check(prom, incident, t0: float, inject_wall: float, end_wall: float) -> dict:
+    """(a): the page within PAGE_WITHIN_S, none in the baseline, and by how much its alert's condition
+    held (page margin) and how near the baseline came to it (baseline margin)."""
     early = baseline_alerts(prom, t0, inject_wall)
-    if incident.page.alert is None:  # a control drill: nothing may fire at all
-        later = baseline_alerts(prom, inject_wall, t0 + end_s)
-        checks["page"] = {"pass": not early and not later, "alert": None, "seconds_to_page": None,
-                          "baseline_alerts": early, "alerts_after_report": later}
-    else:
-        fired = first_firing(prom, incident.page.alert, inject_wall, t0 + end_s)
-        delay = None if fired is None else round(fired - inject_wall, 1)
-        checks["page"] = {"pass": delay is not None and delay <= PAGE_WITHIN_S and not early,
-                          "alert": incident.page.alert, "seconds_to_page": delay, "baseline_alerts": early}
+    baseline = (t0 + WARMUP_S, inject_wall - MARGIN_STEP_S)  # as observe(): warm-up and injection left out
+    if incident.page.alert is None:  # a control drill: nothing may fire at all; margins only reported
+        later = baseline_alerts(prom, inject_wall, end_wall)
+        near = {a: baseline_margin(prom, a, *baseline, MARGIN_STEP_S) for a in paging_alerts()}
+        read = {a: m for a, m in near.items() if m is not None}
+        top = max(read, key=read.get) if read else None
+        return {"pass": not early and not later, "alert": None, "seconds_to_page": None,
+                "baseline_alerts": early, "alerts_after_report": later, "page_margin": None,
+                "baseline_margin": _r3(read.get(top)), "baseline_margin_alert": top, "margins_ok": None}
+    alert = incident.page.alert
+    fired = first_firing(prom, alert, inject_wall, end_wall)
+    delay = None if fired is None else round(fired - inject_wall, 1)
+    page_m = _r3(page_margin(prom, alert, inject_wall, end_wall, alert_for_seconds(alert), MARGIN_STEP_S))
+    base_m = _r3(baseline_margin(prom, alert, *baseline, MARGIN_STEP_S))
+    # A margin that could not be read is evidence of neither: it does not pass.
+    margins_ok = (page_m is not None and page_m >= PAGE_MARGIN_MIN
+                  and base_m is not None and base_m <= BASELINE_MARGIN_MAX)
+    return {"pass": delay is not None and delay <= PAGE_WITHIN_S and not early and margins_ok,
+            "alert": alert, "seconds_to_page": delay, "baseline_alerts": early,
+            "page_margin": page_m, "baseline_margin": base_m, "margins_ok": margins_ok}
 
-    # A control drill's signals are the other incidents' symptoms: "flat" means within the same drift.
-    rel = OTHERS_REL_CHANGE["latency"] if family(incident) == "control" else REL_CHANGE
-    observed = {name: observe(prom, name, expr, t0, inject_s, end_s, settled_s=settled_s, rel_change=rel)
-                for name, expr in incident.signals.items()}
-    variant = incident.variants[plan.variant]
+
+def separation(observed: dict[str, Observed], incident, variant_name: str) -> dict:
+    """(b) on signals already observed: the variant's own signature, and for each sibling with another
+    answer the signals that contradict the sibling's signature ("no data" contradicts nothing)."""
+    variant = incident.variants[variant_name]
     own = {s: (want, observed[s].direction) for s, want in variant.signature.items()}
-    own_ok = all(want == got for want, got in own.values())
     siblings = {}
     for name, sib in incident.variants.items():
-        if name == plan.variant or _same_answer(sib, variant):
+        if name == variant_name or _same_answer(sib, variant):
             continue  # the same diagnosis is right for both (e.g. one cause in a process and in a container)
         contradicting = [s for s, want in sib.signature.items()
                          if observed[s].direction not in ("no data", want)]
         siblings[name] = {"separated": bool(contradicting), "by": contradicting}
-    checks["separation"] = {"pass": own_ok and all(s["separated"] for s in siblings.values()),
-                            "own_signature": {s: {"expected": w, "observed": g} for s, (w, g) in own.items()},
-                            "siblings": siblings, "signals": [o.to_dict() for o in observed.values()]}
+    return {"own_ok": all(want == got for want, got in own.values()),
+            "own_signature": {s: {"expected": w, "observed": g} for s, (w, g) in own.items()},
+            "siblings": siblings, "signals": [o.to_dict() for o in observed.values()]}
 
+
+def separation_by(prom, incident, variant_name: str, t0: float, inject_s: float, settled_s: float,
+                  until_s: float | None, rel: float) -> dict:
+    """Sibling separation from the data a candidate has `until_s` seconds into the traffic (None: never
+    paged, so no such moment). A signal whose incident window has not begun by then (its rate window
+    still holds the injection) reads "no data", which separates nothing."""
+    if until_s is None:
+        return {"pass": False, "until_s": None, "note": "no page", "unsettled": [], "siblings": {}, "signals": []}
+    observed = {name: observe(prom, name, expr, t0, inject_s, until_s, settled_s=settled_s, rel_change=rel)
+                for name, expr in incident.signals.items()}
+    sep = separation(observed, incident, variant_name)
+    unsettled = [name for name, expr in incident.signals.items()
+                 if settled_s + settle_after(expr) > until_s - OBSERVE_STEP_S]
+    return {"pass": all(s["separated"] for s in sep["siblings"].values()), "until_s": round(until_s, 1),
+            "unsettled": unsettled, "siblings": sep["siblings"], "signals": sep["signals"]}
+
+
+def separation_check(prom, incident, variant_name: str, t0: float, inject_s: float, settled_s: float,
+                     end_s: float, page_s: float | None) -> dict:
+    """(b) over the whole window, and again with only the data up to SEPARATE_WITHIN_S after the page."""
+    # A control drill's signals are the other incidents' symptoms: "flat" means within the same drift.
+    rel = OTHERS_REL_CHANGE["latency"] if family(incident) == "control" else REL_CHANGE
+    observed = {name: observe(prom, name, expr, t0, inject_s, end_s, settled_s=settled_s, rel_change=rel)
+                for name, expr in incident.signals.items()}
+    sep = separation(observed, incident, variant_name)
+    until = None if page_s is None else min(page_s + SEPARATE_WITHIN_S, end_s)
+    early = separation_by(prom, incident, variant_name, t0, inject_s, settled_s, until, rel)
+    return {"pass": sep["own_ok"] and all(s["separated"] for s in sep["siblings"].values()) and early["pass"],
+            "own_signature": sep["own_signature"], "siblings": sep["siblings"], "signals": sep["signals"],
+            "by_page_plus_60s": early}
+
+
+def quiet_check(prom, incident, catalogue: dict, t0: float, inject_s: float, settled_s: float, end_s: float) -> dict:
+    """(c): no incident of another kind pages or moves its primary signal its symptom's way."""
+    inject_wall = t0 + inject_s
     quiet, moved_foreign = {}, []
     own_family = family(incident)
     for other in catalogue.values():
@@ -193,10 +250,26 @@ def check_run(drill, prom, catalogue: dict) -> dict:
     steady = t0 + settled_s + ALERT_SETTLE_S
     transition = [a for a in baseline_alerts(prom, inject_wall, steady) if a in foreign]
     fired = [a for a in baseline_alerts(prom, steady, t0 + end_s) if a in foreign]
-    checks["others_quiet"] = {"pass": not fired and not moved_foreign, "family": own_family,
-                              "other_pages_fired": fired, "other_pages_in_transition": transition,
-                              "other_kinds_moved": moved_foreign, "primary_signals": quiet}
+    return {"pass": not fired and not moved_foreign, "family": own_family,
+            "other_pages_fired": fired, "other_pages_in_transition": transition,
+            "other_kinds_moved": moved_foreign, "primary_signals": quiet}
 
+
+def check_run(drill, prom, catalogue: dict) -> dict:
+    """All the checks for a drill that has just run its timeline (Prometheus still up)."""
+    incident, plan = drill.incident, drill.plan
+    t0 = drill.t0_wall
+    injected = [f["at_s"] for f in drill.fault_log if f["event"] == "inject" and f["at_s"] is not None]
+    inject_s = injected[0] if injected else plan.inject_at_s
+    done = [f.get("done_s") or f["at_s"] for f in drill.fault_log if f["event"] == "inject" and f["at_s"] is not None]
+    settled_s = max(done) if done else inject_s  # a rolling deploy's own disruption is not the incident
+    end_s = drill.traffic.elapsed()
+    checks = {"page": page_check(prom, incident, t0, t0 + inject_s, t0 + end_s)}
+    delay = checks["page"]["seconds_to_page"]
+    # A control drill's page is the report, shown at the injection.
+    page_s = inject_s if incident.page.alert is None else None if delay is None else inject_s + delay
+    checks["separation"] = separation_check(prom, incident, plan.variant, t0, inject_s, settled_s, end_s, page_s)
+    checks["others_quiet"] = quiet_check(prom, incident, catalogue, t0, inject_s, settled_s, end_s)
     checks["no_leaks"] = scan_drill(drill, prom)
     checks["pass"] = all(c["pass"] for c in checks.values() if isinstance(c, dict))
     return checks

@@ -9,6 +9,8 @@ rest reads a running (or replayed) Prometheus:
     fired_between   every alert that fired in a window, with its first time
     loaded_alerts   the alerting rules Prometheus has loaded (/api/v1/rules)
     rule_problems   rules whose last evaluation failed
+
+and the rules themselves: `alert_rules` (name -> rule), `alert_for_seconds` (its `for:`).
 """
 from __future__ import annotations
 
@@ -41,6 +43,26 @@ def install_rules(dest_dir: Path, rules_dir: Path = RULES_DIR) -> list[Path]:
 def alert_names(paths: list[Path] | None = None) -> list[str]:
     """Every alert the rule files define, in file order."""
     return [r["alert"] for g in _groups(paths) for r in g.get("rules", []) if "alert" in r]
+
+
+def alert_rules(paths: list[Path] | None = None) -> dict[str, dict]:
+    """{alert name: its rule as written (expr, for, labels, annotations)}, in file order."""
+    return {r["alert"]: r for g in _groups(paths) for r in g.get("rules", []) if "alert" in r}
+
+
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_DURATION_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def alert_for_seconds(name: str, paths: list[Path] | None = None) -> float:
+    """How long alert `name`'s condition must hold before it fires (its `for:`, 0 when it has none)."""
+    rules = alert_rules(paths)
+    if name not in rules:
+        raise ValueError(f"no alert {name!r} in the rule files; they define {', '.join(rules)}")
+    text = str(rules[name].get("for", "0s"))
+    if not re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+        raise ValueError(f"alert {name!r}: `for: {text}` is not a Prometheus duration (e.g. 20s, 1m30s)")
+    return float(sum(int(n) * _DURATION_S[u] for n, u in _DURATION.findall(text)))
 
 
 def thresholds(paths: list[Path] | None = None) -> dict[str, float]:

@@ -1,7 +1,10 @@
 """`sandbox drill` and `sandbox verify` refuse bad input before anything starts."""
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from incidents.schema import load_catalogue
 
@@ -31,7 +34,7 @@ def _sandbox(tmp_path, *args, incidents: Path | None = None):
     env = {"PATH": "/usr/bin:/bin", "SANDBOX_HOME": str(tmp_path / "home"), "SANDBOX_RUNS": str(tmp_path / "runs"),
            "SANDBOX_INCIDENTS": str(incidents or REPO / "incidents"), "SANDBOX_RAY_PORT": "6391"}
     return subprocess.run([sys.executable, "-m", "sandbox.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+                          timeout=120, cwd=REPO, check=False)
 
 
 def test_a_malformed_incident_file_is_refused_naming_file_line_and_field(tmp_path):
@@ -53,6 +56,21 @@ def test_unknown_incidents_and_variants_are_refused_with_the_choices(tmp_path):
     out = _sandbox(tmp_path, "verify", "slow-replica", "--variant", "nope")
     assert out.returncode == 2 and "unknown variant 'nope'" in " ".join(out.stderr.split())
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--runs", "0"], "--runs must be 1 or more, got 0"),
+    (["--runs", "3", "--seed", "5"], "--seed 5 runs that one seed once: drop --seed for 3 runs at fresh seeds"),
+    (["--markdown", "{tmp}/nowhere/report.md"], "--markdown {tmp}/nowhere/report.md: no directory {tmp}/nowhere"),
+    (["--markdown", "{tmp}"], "--markdown {tmp}: that is a directory"),
+])
+def test_verify_refuses_bad_runs_seeds_and_report_paths_before_any_stack_starts(tmp_path, args, message):
+    began = time.monotonic()
+    out = _sandbox(tmp_path, "verify", "slow-replica", *[a.format(tmp=tmp_path) for a in args])
+    # A stack takes a minute or more to start; a refusal is one interpreter's start-up.
+    assert out.returncode == 2 and time.monotonic() - began < 10
+    assert message.format(tmp=tmp_path) in " ".join(out.stderr.split())
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "home").exists()
 
 
 def test_the_list_shows_every_incident_and_no_variant_or_cause(tmp_path):
