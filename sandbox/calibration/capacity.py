@@ -58,6 +58,7 @@ class Calibration:
     profiles: dict[str, ProfileCapacity]
     curve: tuple[SweepPoint, ...]  # the reference profile's Poisson points
     thresholds: dict[str, float] = field(default_factory=dict)  # sandbox:threshold:* name -> value
+    warnings: tuple[str, ...] = ()  # what the sweep met (a busy machine), said wherever it is shown
 
     def __post_init__(self):
         if self.reference not in self.profiles:
@@ -74,7 +75,8 @@ class Calibration:
                 "reference": self.reference, "knee_share": round(self.knee_share, 4),
                 "knee_factor": self.knee_factor,
                 "profiles": {n: p.to_dict() for n, p in self.profiles.items()},
-                "curve": [p.to_dict() for p in self.curve], "thresholds": self.thresholds}
+                "curve": [p.to_dict() for p in self.curve], "thresholds": self.thresholds,
+                "warnings": list(self.warnings)}
 
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
@@ -84,7 +86,8 @@ class Calibration:
                        float(d["knee_share"]), float(d["knee_factor"]),
                        {str(n): ProfileCapacity.from_dict(p) for n, p in d["profiles"].items()},
                        tuple(point_from_dict(p) for p in d["curve"]),
-                       {str(k): float(v) for k, v in d["thresholds"].items()})
+                       {str(k): float(v) for k, v in d["thresholds"].items()},
+                       tuple(str(w) for w in d.get("warnings", [])))
         except CalibrationError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -92,7 +95,7 @@ class Calibration:
 
 
 def point_from_dict(d: dict) -> SweepPoint:
-    opt = lambda k: None if d[k] is None else float(d[k])  # noqa: E731
+    opt = lambda k: None if d[k] is None else float(d[k])
     return SweepPoint(str(d["phase"]), float(d["offered"]), int(d["requests"]), int(d["errors"]), float(d["rate"]),
                       opt("ttft_p50_s"), opt("ttft_p99_s"), opt("itl_p50_s"), opt("itl_p99_s"),
                       float(d["output_tokens_per_s"]))

@@ -19,7 +19,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import httpx
 
@@ -54,6 +54,12 @@ class SweepConfig:
             raise ValueError(f"knee_factor must be > 1, got {self.knee_factor!r}")
         if not 0 <= self.warmup_s < min(self.single_s, self.ceiling_s, self.rate_s):
             raise ValueError("warmup_s must be >= 0 and shorter than every phase")
+
+    def scaled(self, factor: float) -> SweepConfig:
+        """Every phase `factor` times as long (a short sweep for tests), the warm-up kept within it."""
+        f = lambda v: max(1.0, round(v * factor, 2))
+        return replace(self, single_s=f(self.single_s), ceiling_s=f(self.ceiling_s), rate_s=f(self.rate_s),
+                       warmup_s=min(self.warmup_s, 0.5 * min(f(self.single_s), f(self.ceiling_s), f(self.rate_s))))
 
     def seconds(self, profiles: int = 1) -> float:
         """A calibration's measuring time (stragglers not counted): the reference profile's full

@@ -36,7 +36,7 @@ def derive(profiles: dict) -> dict[str, float]:
     ceiling_itl = max(p.ceiling.itl_p99_s or 0.0 for p in profiles.values())
     ttft = max(FLOOR_S["ttft"], TTFT_SLO_X * ceiling_ttft)
     itl = max(FLOOR_S["itl"], ITL_SLO_X * ceiling_itl)
-    r = lambda v: round(v, 3)  # noqa: E731
+    r = lambda v: round(v, 3)
     return {"sandbox:threshold:ttft_p99_seconds": r(ttft),
             "sandbox:threshold:client_ttft_p99_seconds": r(CLIENT_X * ttft),
             "sandbox:threshold:itl_p99_seconds": r(itl),

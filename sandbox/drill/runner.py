@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 from faults.base import FaultContext, revert_all
+from incidents.schema import IncidentError, knee_profiles, load_catalogue
+from sandbox.calibration.calibrator import calibrate_stack
 from sandbox.canary import process as canary_process
 from sandbox.drill.closers import Closers
 from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
@@ -66,6 +68,7 @@ class Drill:
         self.prom: PrometheusClient | None = None
         self.t0_wall: float | None = None
         self.ctx = None  # faults.base.FaultContext, one for the whole drill
+        self.calibration = None  # sandbox.calibration.capacity.Calibration, when the plan's rates need one
 
     # -- the whole drill ---------------------------------------------------------
     def run(self) -> DrillResult:
@@ -97,6 +100,8 @@ class Drill:
         self.state = self._stack()
         self.prom = PrometheusClient(self.state.prometheus_url)
         self.closers.push("prometheus client", self.prom.close)
+        if self.plan.unresolved_profiles():
+            self._calibrate()
         self.pager = Pager(self.prom, self.incident.page.alert, self.incident.page.report, self.plan.inject_at_s,
                            self._paged)
         # run.json names the incident from the page on (the page names its symptom): not before.
@@ -131,7 +136,9 @@ class Drill:
                                      exporter, open_ended=self.settings.open_ended).start()
         self.closers.push("traffic", self._stop_traffic)
         self.t0_wall = time.time()
-        self.record.update_public(traffic_started=self.t0_wall)
+        self.record.update_public(traffic_started=self.t0_wall, calibration=None if self.calibration is None else {
+            "measured_at": self.calibration.measured_at, "knees_rps": self.calibration.knees(),
+            "thresholds": self.calibration.thresholds})
         self.record.event("traffic started", 0.0)
 
     def _stack(self) -> StackState:
@@ -149,6 +156,18 @@ class Drill:
         if not self.settings.keep_up:  # before `up`: a stack that came up halfway is stopped too
             self.closers.push("the stack", self._stop_stack)
         return Stack(self.cfg, self.steps).up(container_nodes=1 if self.node == "container" else 0)
+
+    def _calibrate(self) -> None:
+        """Rates in knee units need this stack's capacity: the cached calibration, or a new one (saved for
+        the next drill), for every profile of the catalogue; its thresholds go into Prometheus."""
+        profiles = set(self.plan.unresolved_profiles())
+        try:
+            profiles |= set(knee_profiles(load_catalogue(self.cfg.incidents).values()))
+        except IncidentError:
+            pass  # the drill's own incident is valid; its profiles are enough
+        cal, _ = calibrate_stack(self.cfg, self.state, sorted(profiles), self.steps)
+        self.plan = self.plan.resolved(cal.knees())
+        self.calibration = cal
 
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
         """A reused stack may still be paging about an earlier drill: the baseline starts after it stops."""

@@ -31,6 +31,29 @@ class Steps:
                 mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
                 self.console.print(f"{mark} {title} [dim]{elapsed:.1f}s[/dim]")
 
+    @contextmanager
+    def bar(self, title: str, total: float):
+        """A progress bar over `total` units (seconds of a sweep); yields advance(units, label)."""
+        t0 = time.perf_counter()
+        if not self.console:
+            yield lambda units, label="": None
+            self.timings[title] = round(time.perf_counter() - t0, 2)
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        ok = False
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[label]}"),
+                      TimeElapsedColumn(), console=self.console, transient=True) as progress:
+            task = progress.add_task(title, total=total, label="")
+            try:
+                yield lambda units, label="": progress.update(task, advance=units, label=label)
+                ok = True
+            finally:
+                elapsed = time.perf_counter() - t0
+                self.timings[title] = round(elapsed, 2)
+        mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+        self.console.print(f"{mark} {title} [dim]{elapsed:.1f}s[/dim]")
+
     def note(self, text: str) -> None:
         if self.console:
             self.console.print(text)

@@ -53,6 +53,9 @@ class SandboxConfig:
     ray_num_cpus: int = 4  # logical CPUs Ray may hand out (replicas ask for 1 each)
     prometheus_bin: str = "prometheus"
     up_timeout_s: float = 180.0
+    # Multiplies the length of every phase of a capacity calibration (sandbox/calibration): the test
+    # suite measures on short sweeps; 1 is what the knees and thresholds are judged by.
+    calibration_scale: float = 1.0
 
     def __post_init__(self):
         self.home = Path(self.home)
@@ -72,6 +75,8 @@ class SandboxConfig:
             raise ValueError(f"metrics_report_interval_ms must be an int >= 100, got {self.metrics_report_interval_ms!r}")
         if not isinstance(self.ray_num_cpus, int) or self.ray_num_cpus < 1:
             raise ValueError(f"ray_num_cpus must be a positive integer, got {self.ray_num_cpus!r}")
+        if not isinstance(self.calibration_scale, (int, float)) or not 0.1 <= self.calibration_scale <= 5:
+            raise ValueError(f"calibration_scale must be in [0.1, 5], got {self.calibration_scale!r}")
         if not isinstance(self.up_timeout_s, (int, float)) or self.up_timeout_s <= 0:
             raise ValueError(f"up_timeout_s must be a positive number, got {self.up_timeout_s!r}")
 

@@ -51,6 +51,9 @@ def install(rules_dir: Path, prometheus_pid: int, client: PrometheusClient, valu
             timeout_s: float = 20.0) -> Path:
     """Write the run's thresholds file and have Prometheus load it; raises RuntimeError if it does not."""
     path = Path(rules_dir) / THRESHOLDS_FILE
+    if not path.exists():  # Prometheus reads the rule files its config names, and this is not one of them
+        raise RuntimeError(f"this stack's Prometheus has no {THRESHOLDS_FILE} to replace ({rules_dir}): it was "
+                           "started by an older version of the sandbox; `sandbox down`, then start it again")
     tmp = path.with_suffix(".tmp")
     tmp.write_text(render(values, note))
     tmp.replace(path)

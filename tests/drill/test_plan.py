@@ -18,6 +18,16 @@ def surge():
 
 
 @pytest.fixture(scope="module")
+def absolute_surge(tmp_path_factory):
+    """traffic-surge with its base rate written in requests/s (2.0), as tests may."""
+    text = (INCIDENTS / "traffic-surge.yaml").read_text()
+    rate = next(line for line in text.splitlines() if line.startswith("  rate: "))
+    path = tmp_path_factory.mktemp("absolute") / "traffic-surge.yaml"
+    path.write_text(text.replace(rate, "  rate: 2.0"))
+    return load_incident(path)
+
+
+@pytest.fixture(scope="module")
 def ttft():
     return load_incident(INCIDENTS / "ttft-after-deploy.yaml")
 
@@ -50,10 +60,12 @@ def test_the_injection_event_carries_the_variants_faults(ttft):
 
 
 def test_a_surge_multiplies_the_rate_from_the_injection_on(surge):
-    plan = make_plan(surge, "surge", 3)
+    plan = make_plan(surge, "surge", 3, knees={"default": 4.0})
     before, after = plan.segment_at(plan.inject_at_s - 1), plan.segment_at(plan.inject_at_s + 1)
     factor = surge.variants["surge"].traffic.rate_factor
-    assert before.rate == surge.traffic.rate.value and after.rate == pytest.approx(surge.traffic.rate.value * factor)
+    assert surge.traffic.rate.unit == "knee"  # the shipped catalogue is written in capacity units
+    assert before.rate == pytest.approx(4.0 * surge.traffic.rate.value)
+    assert after.rate == pytest.approx(4.0 * surge.traffic.rate.value * factor)
     assert before.profile == after.profile == surge.traffic.profile
 
 
@@ -70,18 +82,19 @@ def test_a_duration_shorter_than_the_injection_is_refused(ttft):
 
 def test_a_batch_job_peak_runs_beside_the_base_traffic_with_its_own_profile():
     oom = load_incident(INCIDENTS / "oom-at-peak.yaml")
-    plan = make_plan(oom, "headroom", 0)
+    plan = make_plan(oom, "headroom", 0, knees=KNEES)
     peaks = [p for p in oom.traffic.peaks if p.concurrency]
     assert [(j.start_s, j.end_s, j.concurrency, j.profile) for j in plan.jobs] == [
         (p.at_s, p.at_s + p.duration_s, p.concurrency, p.profile) for p in peaks]
-    assert {plan.segment_at(j.start_s + 1).rate for j in plan.jobs} == {oom.traffic.rate.value}  # the base goes on
+    base = oom.traffic.rate.per_second(KNEES, "shared-prefix")
+    assert {plan.segment_at(j.start_s + 1).rate for j in plan.jobs} == {base}  # the base goes on
 
 
-def test_an_absolute_plan_is_the_same_with_or_without_knees(surge):
-    plan = make_plan(surge, "surge", 3)
+def test_an_absolute_plan_is_the_same_with_or_without_knees(absolute_surge):
+    plan = make_plan(absolute_surge, "surge", 3)
     assert plan.segments == [Segment(0.0, 2.0, "default"), Segment(plan.inject_at_s, 6.0, "default")]
     assert plan.unresolved_profiles() == set()
-    assert make_plan(surge, "surge", 3, knees={}).to_dict() == plan.to_dict() == plan.resolved({}).to_dict()
+    assert make_plan(absolute_surge, "surge", 3, knees={}).to_dict() == plan.to_dict() == plan.resolved({}).to_dict()
     assert plan.to_dict()["segments"][1] == {"start_s": plan.inject_at_s, "rate": 6.0, "profile": "default",
                                              "knee": None, "knee_profile": None}
 

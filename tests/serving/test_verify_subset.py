@@ -24,7 +24,8 @@ CI_SUBSET = [("oom-at-peak", "headroom")]
 @pytest.mark.parametrize(("incident", "variant"), CI_SUBSET)
 def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
     stack.cli("down")
-    env = dict(stack.env, SANDBOX_RUNS=str(tmp_path / "runs"))
+    # the calibrated path, on a short sweep (its knees within about 20 %: this variant pages on memory)
+    env = dict(stack.env, SANDBOX_RUNS=str(tmp_path / "runs"), SANDBOX_CALIBRATION_SCALE="0.3")
     result = subprocess.run([*stack.cli_argv(), "verify", incident, "--variant", variant, "--seed", "0",
                              "--duration", "210", "--json"], env=env, capture_output=True, text=True,
                             timeout=900, check=False)
@@ -35,3 +36,5 @@ def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
     assert all(s["separated"] for s in checks["separation"]["siblings"].values())
     assert checks["no_leaks"]["hits"] == []
     assert not ray_cluster.head_running()  # verify stops the stack it started
+    run = json.loads((tmp_path / "runs" / report["run_id"] / "run.json").read_text())
+    assert set(run["calibration"]["knees_rps"]) == {"default", "long-tail", "shared-prefix"}

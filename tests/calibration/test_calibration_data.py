@@ -1,0 +1,181 @@
+"""The calibration's arithmetic and its cache: knees, thresholds, keys, corrupt files, invalidation."""
+import json
+
+import pytest
+
+from sandbox.calibration import cache, thresholds
+from sandbox.calibration.capacity import Calibration, CalibrationError, ProfileCapacity
+from sandbox.calibration.sweep import SweepConfig, SweepPoint, knee, percentile
+
+
+def point(phase, offered, rate, ttft_p50, ttft_p99, itl_p99=0.5):
+    return SweepPoint(phase, offered, 10, 0, rate, ttft_p50, ttft_p99, 0.05, itl_p99, 100.0)
+
+
+SINGLE = point("single", 1, 1.0, 0.1, 0.2)
+CEILING = point("ceiling", 16, 5.0, 0.4, 0.8, itl_p99=0.6)
+
+
+def calibration(key=None, **profiles) -> Calibration:
+    caps = {"default": ProfileCapacity("default", SINGLE, CEILING, 4.0), **profiles}
+    return Calibration(key or {"k": 1}, 1.0e9, 60.0, "default", 0.8, 10.0, caps,
+                       (point("rate", 2.0, 2.0, 0.2, 0.5),), thresholds.derive(caps))
+
+
+def test_percentiles_interpolate_between_order_statistics():
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([0.0, 10.0], 99) == pytest.approx(9.9)
+
+
+def test_the_knee_is_where_the_p99_crosses_the_factor_of_the_idle_median():
+    # idle median 0.1 s, factor 10: the limit is 1.0 s; p99 0.5 at 2 req/s, 1.5 at 4 req/s -> halfway: 3 req/s
+    points = [SINGLE, point("rate", 2.0, 2.0, 0.2, 0.5), point("rate", 4.0, 4.0, 0.5, 1.5)]
+    assert knee(points, 10.0) == pytest.approx(3.0)
+
+
+def test_a_curve_that_never_crosses_has_its_knee_at_the_last_rate_measured():
+    points = [SINGLE, point("rate", 2.0, 2.0, 0.2, 0.3), point("rate", 4.0, 4.0, 0.2, 0.6)]
+    assert knee(points, 10.0) == 4.0
+
+
+def test_a_curve_past_the_limit_at_its_first_rate_has_its_knee_between_idle_and_that_rate():
+    # from (0 req/s, 0.1 s) to (2 req/s, 2.1 s): 1.0 s is crossed at 0.9 req/s
+    assert knee([SINGLE, point("rate", 2.0, 2.0, 1.0, 2.1)], 10.0) == pytest.approx(0.9)
+
+
+def test_a_knee_needs_the_idle_point_and_a_rate():
+    with pytest.raises(ValueError, match="one-at-a-time point"):
+        knee([point("rate", 2.0, 2.0, 0.2, 0.5)], 10.0)
+
+
+def test_thresholds_are_stated_multiples_of_the_slowest_profiles_ceiling():
+    slow = ProfileCapacity("long-tail", None, point("ceiling", 16, 3.0, 0.5, 1.2, itl_p99=1.0), 2.4)
+    values = calibration(**{"long-tail": slow}).thresholds
+    assert values == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
+                      "sandbox:threshold:client_ttft_p99_seconds": 3.84,  # 1.6 x 2.4
+                      "sandbox:threshold:itl_p99_seconds": 1.5,  # 1.5 x 1.0
+                      "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,
+                      "sandbox:threshold:replica_ttft_p99_floor_seconds": 1.92}
+
+
+def test_a_very_fast_stack_gets_the_floors_not_slos_below_what_buckets_resolve():
+    fast = {"default": ProfileCapacity("default", SINGLE, point("ceiling", 16, 500.0, 0.001, 0.002, 0.001), 400.0)}
+    values = thresholds.derive(fast)
+    assert values["sandbox:threshold:ttft_p99_seconds"] == thresholds.FLOOR_S["ttft"]
+    assert values["sandbox:threshold:itl_p99_seconds"] == thresholds.FLOOR_S["itl"]
+
+
+def test_a_calibration_round_trips_through_json_exactly():
+    cal = calibration()
+    again = Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again.to_dict() == cal.to_dict()
+    assert again.knees() == {"default": 4.0}
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.pop("profiles"),
+    lambda d: d.update(knee_share="lots"),
+    lambda d: d.update(knee_share=1.5),
+    lambda d: d.update(reference="long-tail"),
+    lambda d: d["profiles"]["default"].update(knee_rps=-1),
+    lambda d: d["profiles"]["default"]["ceiling"].update(phase="rate"),
+])
+def test_anything_short_of_a_whole_calibration_is_refused(damage):
+    d = calibration().to_dict()
+    damage(d)
+    with pytest.raises(CalibrationError):
+        Calibration.from_dict(d)
+
+
+def test_the_key_changes_with_the_serve_config_the_catalogue_the_sweep_and_the_profiles(tmp_path):
+    serve = tmp_path / "serve.yaml"
+    serve.write_text("num_replicas: 2\n")
+    incidents = tmp_path / "incidents"
+    incidents.mkdir()
+    (incidents / "a.yaml").write_text("id: a\n")
+    base = cache.key(serve, incidents, SweepConfig(), ["default"])
+    assert cache.key(serve, incidents, SweepConfig(), ["default"]) == base
+    serve.write_text("num_replicas: 3\n")
+    assert cache.key(serve, incidents, SweepConfig(), ["default"])["serve"] != base["serve"]
+    serve.write_text("num_replicas: 2\n")
+    (incidents / "a.yaml").write_text("id: a\nrate: 2\n")
+    assert cache.key(serve, incidents, SweepConfig(), ["default"])["catalogue"] != base["catalogue"]
+    (incidents / "a.yaml").write_text("id: a\n")
+    assert cache.key(serve, incidents, SweepConfig(rate_s=5.0), ["default"])["catalogue"] != base["catalogue"]
+    assert cache.key(serve, incidents, SweepConfig(), ["default", "long-tail"]) != base
+    assert base["machine"] == cache.machine() and base["machine"]["cpus"] >= 1
+
+
+def test_a_cached_calibration_is_found_by_its_key_and_only_by_it(tmp_path):
+    cal = calibration(key={"k": 1})
+    cache.save(tmp_path, cal)
+    found, why = cache.load(tmp_path, {"k": 1})
+    assert why is None and found.to_dict() == cal.to_dict()
+    missing, why = cache.load(tmp_path, {"k": 2})
+    assert missing is None and why.startswith("no calibration for this machine")
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"key": {"k": 1}}', "[]", ""])
+def test_a_corrupt_cache_file_is_reported_removed_and_never_trusted(tmp_path, text):
+    path = cache.path_for(tmp_path, {"k": 1})
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    found, why = cache.load(tmp_path, {"k": 1})
+    assert found is None and "is corrupt" in why and "measuring again" in why
+    assert not path.exists()
+
+
+def test_a_file_made_for_another_key_under_this_keys_name_is_not_trusted(tmp_path):
+    path = cache.path_for(tmp_path, {"k": 1})
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(calibration(key={"k": 2}).to_dict()))
+    found, why = cache.load(tmp_path, {"k": 1})
+    assert found is None and "another key" in why and not path.exists()
+
+
+def test_sweep_settings_are_validated_and_scaled():
+    with pytest.raises(ValueError, match="fractions"):
+        SweepConfig(fractions=(0.8, 0.4))
+    with pytest.raises(ValueError, match="knee_factor"):
+        SweepConfig(knee_factor=1.0)
+    short = SweepConfig().scaled(0.25)
+    assert (short.single_s, short.ceiling_s, short.rate_s) == (2.0, 1.75, 1.5)
+    assert short.warmup_s == 0.75
+    assert SweepConfig().seconds(3) == 8.0 + 3 * 7.0 + 3 * 6.0
+
+
+def _cli(tmp_path, *args):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SANDBOX_HOME=str(tmp_path / "home"))
+    return subprocess.run([sys.executable, "-m", "sandbox.cli", "calibrate", *args], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_calibrating_a_stack_that_is_not_running_is_a_clear_error(tmp_path):
+    out = _cli(tmp_path)
+    assert out.returncode == 2 and "a calibration measures a running stack" in out.stderr
+
+
+def test_a_profile_nobody_defined_is_a_clear_error_before_anything_is_measured(tmp_path):
+    out = _cli(tmp_path, "--profile", "no-such-profile")
+    assert out.returncode == 2 and "unknown traffic profile(s) no-such-profile" in out.stderr
+
+
+def test_a_plot_into_a_missing_directory_is_a_clear_error(tmp_path):
+    out = _cli(tmp_path, "--plot", str(tmp_path / "nowhere" / "x.png"))
+    assert out.returncode == 2 and "--plot: no such directory" in out.stderr
+
+
+def test_a_sweep_whose_lightest_rate_is_not_light_was_disturbed():
+    from sandbox.calibration.calibrator import disturbed
+
+    quiet = [SINGLE, point("rate", 2.0, 2.0, 0.2, 0.5)]  # median 2x the idle 0.1 s
+    busy = [SINGLE, point("rate", 2.0, 2.0, 0.74, 1.2)]  # 7.4x: a test suite ran beside it
+    assert disturbed(quiet) is None
+    assert disturbed(busy) == ("at 2.00 req/s the median TTFT was 7.4x the idle median "
+                               "(a quiet stack stays within 3x)")

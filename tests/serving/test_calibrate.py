@@ -1,0 +1,62 @@
+"""`sandbox calibrate` on the session stack, on short sweeps: it measures, caches, reuses, redoes a corrupt
+cache, and installs the thresholds it derives in the stack's Prometheus (the defaults come back after)."""
+import json
+import subprocess
+import time
+
+import pytest
+
+from sandbox.calibration import cache
+from services.stack import alerts, threshold_rules
+
+pytestmark = pytest.mark.stack
+
+PROFILES = ("--profile", "default", "--profile", "long-tail")
+
+
+def _calibrate(stack, *args):
+    env = dict(stack.env, SANDBOX_CALIBRATION_SCALE="0.15")
+    return subprocess.run([*stack.cli_argv(), "calibrate", *PROFILES, *args], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+@pytest.fixture
+def calibrated_stack(stack):
+    try:
+        yield stack
+    finally:  # later tests read the default thresholds
+        threshold_rules.install(f"{stack.state.run_dir}/rules", stack.state.prometheus_pid, stack.prom,
+                                alerts.thresholds(), "the defaults, restored by tests/serving/test_calibrate.py")
+
+
+def test_a_calibration_is_measured_cached_reused_and_redone_when_corrupt(calibrated_stack, tmp_path):
+    stack = calibrated_stack
+    first = _calibrate(stack, "--json", "--plot", str(tmp_path / "curve.png"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    cal = json.loads(first.stdout)
+    assert cal["measured_now"] is True and set(cal["profiles"]) == {"default", "long-tail"}
+    assert cal["reference"] == "default" and len(cal["curve"]) == 3
+    for name, p in cal["profiles"].items():
+        assert p["ceiling"]["requests"] > 0 and p["ceiling"]["errors"] == 0, name
+        assert 0 < p["knee_rps"] <= p["ceiling"]["rate"], name
+    assert cal["profiles"]["long-tail"]["knee_rps"] == pytest.approx(
+        cal["knee_share"] * cal["profiles"]["long-tail"]["ceiling"]["rate"], rel=1e-3)
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the alerts now compare against the calibrated values
+    loaded = threshold_rules.loaded(stack.prom)
+    for name, value in cal["thresholds"].items():
+        assert loaded[name] == f"vector({value:g})", name
+    assert loaded["sandbox:threshold:replica_ttft_p99_ratio"] == "vector(4)"  # ratios are not the machine's
+
+    t0 = time.monotonic()
+    again = _calibrate(stack, "--json")
+    assert again.returncode == 0 and time.monotonic() - t0 < 30
+    reused = json.loads(again.stdout)
+    assert reused["measured_now"] is False and reused["measured_at"] == cal["measured_at"]
+
+    path = cache.path_for(stack.cfg.home, cal["key"])
+    path.write_text('{"key": "half a file')
+    redone = _calibrate(stack)
+    assert redone.returncode == 0, redone.stderr[-3000:]
+    assert "is corrupt" in redone.stdout and "measuring again" in redone.stdout
+    assert json.loads(path.read_text())["measured_at"] > cal["measured_at"]
