@@ -167,16 +167,23 @@ def register(app: typer.Typer) -> None:
         if not every:
             cases = [_pick(catalogue, incident, False, seeds[0], variant)]
         planned = [(inc, v, seeds[i * runs + k]) for i, (inc, v) in enumerate(cases) for k in range(runs)]
-        results = _verify_many(catalogue, planned, duration, as_json)
-        rows = [run_row(r) for r in results]
-        variants = summarise(rows)
-        if markdown is not None:
+        def write_markdown(results: list[dict]) -> None:
+            """After every run: a long series (the catalogue, N times) keeps what it has if it is cut short."""
+            if markdown is None:
+                return
             import shlex
             import sys
             from datetime import datetime
 
+            rows = [run_row(r) for r in results]
             when = datetime.now().astimezone().isoformat(timespec="seconds")
-            markdown.write_text(render_markdown(rows, variants, when, "sandbox " + shlex.join(sys.argv[1:])))
+            tmp = markdown.with_name(markdown.name + ".tmp")
+            tmp.write_text(render_markdown(rows, summarise(rows), when, "sandbox " + shlex.join(sys.argv[1:])))
+            tmp.replace(markdown)
+
+        results = _verify_many(catalogue, planned, duration, as_json, after_each=write_markdown)
+        rows = [run_row(r) for r in results]
+        variants = summarise(rows)
         if len(results) == 1 and not every:
             out = results[0]
         else:
@@ -246,12 +253,13 @@ def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
     return out
 
 
-def _verify_many(catalogue, planned, duration, as_json) -> list[dict]:
+def _verify_many(catalogue, planned, duration, as_json, after_each=lambda results: None) -> list[dict]:
     """planned: (incident, variant, seed) per run. One fresh stack per run: series of replicas from earlier
     drills would pile up in Ray's exporter."""
     results = []
     for inc, v, seed in planned:
         results.append(_verify_one(catalogue, inc, v, seed, duration, as_json))
+        after_each(results)
         if results[-1]["status"] == "interrupted":
             break  # Ctrl-C ends the series, not only the run it came in
     return results
