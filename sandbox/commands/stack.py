@@ -26,6 +26,7 @@ def up(
     """Start Ray, deploy the Serve app, start Prometheus; wait until every target is scraped."""
     from services.stack.compose_backend import ComposeBackend, ComposeUnavailable
     from services.stack.progress import Steps
+    from services.stack.ports import PortTaken
     from services.stack.stack import Stack, StackRunningError
 
     cfg = config()
@@ -40,7 +41,7 @@ def up(
             state = Stack(cfg, steps).up(replicas, address)
     except ComposeUnavailable as e:
         fail(str(e), code=2)
-    except StackRunningError as e:
+    except (StackRunningError, PortTaken) as e:
         fail(str(e))
     except (RuntimeError, ValueError, OSError) as e:
         fail(f"{e}\n(everything started was stopped again)")
@@ -145,13 +146,14 @@ def run(
     """Bring the stack up, run traffic, show what Prometheus saw, and bring it down again."""
     from sandbox.commands.traffic import show_server_view, traffic_session
     from services.stack.progress import Steps
+    from services.stack.ports import PortTaken
     from services.stack.stack import Stack, StackRunningError
 
     cfg = config()
     stack = Stack(cfg, Steps(console))
     try:
         stack.up(replicas)
-    except StackRunningError as e:
+    except (StackRunningError, PortTaken) as e:
         fail(str(e))
     except (RuntimeError, ValueError, OSError) as e:
         fail(f"{e}\n(everything started was stopped again)")

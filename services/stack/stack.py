@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from services.stack import alerts, prometheus, ray_cluster
+from services.stack import alerts, ports, prometheus, ray_cluster
 from services.stack.container_node import ContainerNode, NodeSpec, docker_engine, remove_container
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
 from services.stack.progress import Steps
@@ -56,9 +56,19 @@ class Stack:
             if pid_alive(old.prometheus_pid) or (old.ray_started and ray_cluster.head_running()):
                 raise StackRunningError(f"a sandbox is already up (run {old.run_id}); `sandbox down` first")
             path.unlink()  # stale: everything it named is gone
+        self._refuse_taken_ports(address)  # before Ray's check: it names the port and who holds it
         if address is None and ray_cluster.head_running():
             raise StackRunningError("a local Ray cluster is already running and the sandbox did not start it: "
                                     "stop it (`ray stop`) or join it with `sandbox up --address ADDR`")
+
+    def _refuse_taken_ports(self, address: str | None) -> None:
+        """Before anything starts: a port held by something else fails `up` now, naming its holder."""
+        cfg = self.cfg
+        wanted = {"Prometheus": cfg.prometheus_port, "API": cfg.api_port}
+        if address is None:  # a local head: Ray's own ports too
+            wanted |= {"Ray GCS": cfg.ray_port, "Ray dashboard": cfg.dashboard_port,
+                       "Ray metrics": cfg.metrics_export_port}
+        ports.check_free(cfg.host, wanted)
 
     def _up(self, state: StackState, replicas: int | None, address: str | None, container_nodes: int = 0) -> None:
         cfg, run_dir = self.cfg, Path(state.run_dir)
