@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 
 from incidents.reader import Reader
-from incidents.script import KNEE, Incident, Peak, Rate, Traffic
+from incidents.script import CEILING, KNEE, Incident, Peak, Rate, Traffic
 from incidents.source import Path_
 from incidents.taxonomy import suggestion
 
@@ -19,7 +19,8 @@ _WITH_UNIT = re.compile(r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\
 
 
 def read_rate(r: Reader, m: dict | None, path: Path_, key: str = "rate") -> Rate | None:
-    """`m[key]` as a Rate: a number > 0 (requests/s) or "<number > 0> knee" (`0.6 knee`, `0.6knee`)."""
+    """`m[key]` as a Rate: a number > 0 (requests/s), "<number > 0> knee" (`0.6 knee`, `0.6knee`) or
+    "<number > 0> ceiling"."""
     if m is None or key not in m:
         return None
     value = m[key]
@@ -32,15 +33,16 @@ def read_rate(r: Reader, m: dict | None, path: Path_, key: str = "rate") -> Rate
                                f"profile's knee), got string {value!r}")
         return None
     unit = written.group("unit")
-    if unit != KNEE:
-        r.error(path + (key,), f"unknown rate unit {unit!r}{suggestion(unit, [KNEE])}: write requests/s as a "
-                               f"plain number, or a fraction of the profile's knee as '<number> {KNEE}'")
+    if unit not in (KNEE, CEILING):
+        r.error(path + (key,), f"unknown rate unit {unit!r}{suggestion(unit, [KNEE, CEILING])}: write requests/s "
+                               f"as a plain number, or a fraction of the profile's knee as '<number> {KNEE}' "
+                               f"(or of its ceiling as '<number> {CEILING}')")
         return None
     fraction = float(written.group("number"))
     if not fraction > 0:
         r.error(path + (key,), f"must be > 0, got {value!r}")
         return None
-    return Rate(fraction, KNEE)
+    return Rate(fraction, unit)
 
 
 def knee_profile(traffic: Traffic, peak: Peak | None = None) -> str:
@@ -55,7 +57,8 @@ def knee_profiles(incidents: Iterable[Incident]) -> list[str]:
     needed = set()
     for incident in incidents:
         traffic = incident.traffic
-        if traffic.rate.unit == KNEE:
+        if traffic.rate.unit in (KNEE, CEILING):
             needed.add(knee_profile(traffic))
-        needed |= {knee_profile(traffic, p) for p in traffic.peaks if p.rate is not None and p.rate.unit == KNEE}
+        needed |= {knee_profile(traffic, p) for p in traffic.peaks
+                   if p.rate is not None and p.rate.unit in (KNEE, CEILING)}
     return sorted(needed)

@@ -1,9 +1,10 @@
-"""PromQL checks: does an expression parse (Prometheus' own parser, through promtool), and which metrics does it read.
+"""PromQL checks: does an expression parse (Prometheus' own parser, through promtool), and its syntax tree.
 
-Parsing goes through `promtool check rules` on a temporary rules file with one recording rule
+Validity goes through `promtool check rules` on a temporary rules file with one recording rule
 per expression, so the verdict is the real parser's; one promtool run costs about 100 ms, so
-`check_many` batches. `metric_names` is a small tokenizer, enough for the grader's question
-"does this query touch that metric".
+`check_many` batches. Structure comes from `parse`, a syntax tree from promql-parser (the Rust
+parser GreptimeDB maintains, as a Python extension): what the grader reads to learn which
+metrics, and through them which quantities (incidents/readings.py), a query reads.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import promql_parser
 import yaml
 
 
@@ -78,62 +80,88 @@ def _run_promtool(exprs: list[str]) -> list[str | None]:
     return errors
 
 
-# Everything a PromQL lexer needs to tell metric names from the rest.
-_TOKEN = re.compile(r"""
-    (?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
-  | (?P<comment>\#[^\n]*)
-  | (?P<number>0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[a-zA-Z0-9]*)
-  | (?P<ident>[a-zA-Z_:][a-zA-Z0-9_:]*)
-  | (?P<space>\s+)
-  | (?P<other>.)
-""", re.VERBOSE | re.DOTALL)
-_KEYWORDS = {"and", "or", "unless", "atan2", "bool", "offset", "by", "without", "on", "ignoring",
-             "group_left", "group_right", "inf", "nan",
-             # aggregations may be followed by `by (...)` rather than `(`
-             "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
-             "topk", "quantile", "limitk", "limit_ratio"}
-_LABEL_LISTS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
-_CLOSE = {"{": "}", "[": "]", "(": ")"}
+MAX_DEPTH = 64  # brackets deep; real queries nest under 15, and the Rust parser overflows its stack near 6,000
 
 
-def _tokens(expr: str) -> list[tuple[str, str]]:
-    return [(m.lastgroup, m.group()) for m in _TOKEN.finditer(expr) if m.lastgroup not in ("space", "comment")]
+def _depth(expr: str) -> int:
+    """How deep brackets nest in `expr` (strings skipped): refused before the parser sees it."""
+    depth = deepest = 0
+    quote = None
+    escaped = False
+    for ch in expr:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote != "`":
+                escaped = True
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'`":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
 
 
-def _skip_group(toks: list[tuple[str, str]], i: int) -> tuple[int, list[tuple[str, str]]]:
-    """toks[i] opens a bracket; the index just past its match and the tokens inside."""
-    opener, depth, j = toks[i][1], 0, i
-    while j < len(toks):
-        text = toks[j][1]
-        depth += (text == opener) - (text == _CLOSE[opener])
-        if depth == 0:
-            break
-        j += 1
-    return j + 1, toks[i + 1:j]
+def parse(expr: str) -> promql_parser.Expr:
+    """The syntax tree of `expr`, from promql-parser (a binding of the Rust PromQL parser GreptimeDB maintains).
+
+    ValueError names the query. promtool (check_many) stays the final word on validity: this parser
+    is for reading a query's structure, which the grader needs for every query it scores.
+    """
+    if not expr.strip():
+        raise ValueError("empty expression")
+    if _depth(expr) > MAX_DEPTH:
+        raise ValueError(f"brackets nest more than {MAX_DEPTH} deep in {_short(expr)}")
+    try:
+        return promql_parser.parse(expr)
+    except ValueError as e:
+        raise ValueError(f"{e} in {_short(expr)}") from None
+
+
+def _short(expr: str, limit: int = 160) -> str:
+    one_line = " ".join(expr.split())
+    return repr(one_line if len(one_line) <= limit else one_line[:limit] + "...")
+
+
+def children(node) -> list:
+    """The sub-expressions of a syntax-tree node, left to right (a selector has none)."""
+    if isinstance(node, promql_parser.BinaryExpr):
+        return [node.lhs, node.rhs]
+    if isinstance(node, promql_parser.AggregateExpr):
+        return ([node.param] if node.param is not None else []) + [node.expr]
+    if isinstance(node, promql_parser.Call):
+        return list(node.args)
+    if isinstance(node, promql_parser.MatrixSelector):
+        return [node.vector_selector]
+    if isinstance(node, (promql_parser.SubqueryExpr, promql_parser.ParenExpr, promql_parser.UnaryExpr)):
+        return [node.expr]
+    return []
+
+
+def selector_name(node: promql_parser.VectorSelector) -> str | None:
+    """The metric a selector reads: its name, or the value of an `__name__="x"` matcher."""
+    if node.name:
+        return node.name
+    for m in node.matchers.matchers:
+        if m.name == "__name__" and str(m.op) == "MatchOp.Equal":
+            return m.value
+    return None
 
 
 def metric_names(expr: str) -> list[str]:
-    """The metric names `expr` selects, in order of first appearance.
-
-    Identifiers are metric names unless they call a function or aggregation, are keywords, or sit
-    in label matchers, label lists (by, on, ...) or range brackets; `{__name__="x"}` counts as x.
-    """
-    toks, names, i = _tokens(expr), [], 0
-    while i < len(toks):
-        kind, text = toks[i]
-        nxt = toks[i + 1][1] if i + 1 < len(toks) else ""
-        if text in ("{", "["):
-            i, inside = _skip_group(toks, i)
-            for k in range(len(inside) - 2):
-                if text == "{" and inside[k][1] == "__name__" and inside[k + 1][1] == "=" and inside[k + 2][0] == "string":
-                    names.append(inside[k + 2][1][1:-1])
-            continue
-        if kind == "ident" and text.lower() in _LABEL_LISTS and nxt == "(":
-            i, _ = _skip_group(toks, i + 1)
-            continue
-        if kind == "ident" and nxt != "(" and text.lower() not in _KEYWORDS:
-            names.append(text)
-        i += 1
+    """The metric names `expr` selects, in order of first appearance (from its syntax tree)."""
+    names, todo = [], [parse(expr)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, promql_parser.VectorSelector):
+            name = selector_name(node)
+            if name:
+                names.append(name)
+        todo.extend(reversed(children(node)))
     return list(dict.fromkeys(names))
 
 

@@ -13,7 +13,11 @@ DIRECTIONS = ("up", "down", "flat")
 INJECTED = "injected"  # location.replica / location.version: resolved when the fault is injected
 NODES = ("container",)  # variant.node: where one replica runs, when not on the local head
 KNEE = "knee"  # Rate.unit: a fraction of the profile's calibrated knee (`sandbox calibrate`)
-RATE_UNITS = (None, KNEE)  # None: requests/s
+# Rate.unit: a multiple of the profile's calibrated ceiling (the most it completes): for loads meant to
+# exceed it (a surge), which a fraction of the knee cannot promise, the knee's share of the ceiling
+# being the stack's own (0.5-0.85 in sweeps here)
+CEILING = "ceiling"
+RATE_UNITS = (None, KNEE, CEILING)  # None: requests/s
 
 FaultValidator = Callable[[dict[str, Any]], None]
 
@@ -26,30 +30,33 @@ class Page:
 
 @dataclass(frozen=True)
 class Rate:
-    """A Poisson rate as the file writes it: `value` requests/s (unit None), or `value` times the knee of a
-    traffic profile (unit "knee"), so that one incident loads a fast machine and a slow one alike."""
+    """A Poisson rate as the file writes it: `value` requests/s (unit None), or `value` times the knee (unit
+    "knee") or the ceiling (unit "ceiling") of a traffic profile, so that one incident loads a fast machine
+    and a slow one alike."""
     value: float
     unit: str | None = None
 
     def __post_init__(self):
         if self.unit not in RATE_UNITS:
-            raise ValueError(f"unit: must be None (requests/s) or {KNEE!r}, got {self.unit!r}")
+            raise ValueError(f"unit: must be None (requests/s), {KNEE!r} or {CEILING!r}, got {self.unit!r}")
         if isinstance(self.value, bool) or not isinstance(self.value, int | float) \
                 or not math.isfinite(self.value) or not self.value > 0:
             raise ValueError(f"value: must be a finite number > 0, got {self.value!r}")
 
-    def per_second(self, knees: Mapping[str, float], profile: str) -> float:
-        """Requests/s; a knee rate takes `profile`'s knee (req/s) from `knees`."""
+    def per_second(self, knees: Mapping[str, float], profile: str,
+                   ceilings: Mapping[str, float] | None = None) -> float:
+        """Requests/s; a knee (ceiling) rate takes `profile`'s knee (ceiling), in req/s, from `knees` (`ceilings`)."""
         if self.unit is None:
             return float(self.value)
-        if profile not in knees:
-            raise ValueError(f"no calibrated knee for traffic profile {profile!r} (rate {self}): "
+        table = knees if self.unit == KNEE else (ceilings or {})
+        if profile not in table:
+            raise ValueError(f"no calibrated {self.unit} for traffic profile {profile!r} (rate {self}): "
                              "run `sandbox calibrate` for it")
-        knee = knees[profile]
-        if isinstance(knee, bool) or not isinstance(knee, int | float) or not math.isfinite(knee) or not knee > 0:
-            raise ValueError(f"the knee of traffic profile {profile!r} must be a finite number of requests/s > 0, "
-                             f"got {knee!r}")
-        return self.value * knee
+        value = table[profile]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not value > 0:
+            raise ValueError(f"the {self.unit} of traffic profile {profile!r} must be a finite number of "
+                             f"requests/s > 0, got {value!r}")
+        return self.value * value
 
     def __str__(self) -> str:
         return str(self.value) if self.unit is None else f"{self.value} {self.unit}"

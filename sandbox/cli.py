@@ -13,10 +13,18 @@ from rich.table import Table
 
 from sandbox.commands import register as register_stack_commands
 from sandbox.commands.grafana import register as register_grafana_commands
+from sandbox.drill.interrupts import end_on_signals
 
 app = typer.Typer(help="Inference incident sandbox: practise debugging LLM serving.", no_args_is_help=True,
                   add_completion=False)
 console = Console()
+
+
+@app.callback()
+def _every_command() -> None:
+    # SIGTERM and SIGHUP (a terminal closed, an SSH session dropped) end any command as Ctrl-C does,
+    # so what it started is stopped: by default they kill the process where it stands.
+    end_on_signals()
 
 
 @app.command()

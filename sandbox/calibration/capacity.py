@@ -70,6 +70,10 @@ class Calibration:
         """profile -> knee (req/s): what an incident's `rate: 0.6 knee` is a fraction of."""
         return {name: p.knee_rps for name, p in self.profiles.items()}
 
+    def ceilings(self) -> dict[str, float]:
+        """profile -> ceiling (req/s): what `rate: 1.3 ceiling` is a multiple of."""
+        return {name: p.ceiling.rate for name, p in self.profiles.items()}
+
     def to_dict(self) -> dict:
         return {"key": self.key, "measured_at": self.measured_at, "seconds": round(self.seconds, 1),
                 "reference": self.reference, "knee_share": round(self.knee_share, 4),

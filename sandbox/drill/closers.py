@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sandbox.drill.interrupts import TeardownForced
+
 
 class Closers:
     def __init__(self):
@@ -29,6 +31,10 @@ class Closers:
             what, close = self._closers.pop()
             try:
                 problems += close() or []
+            except TeardownForced:  # stop now: say what is left, this one included
+                left = [what] + [name for name, _ in reversed(self._closers)]
+                self._closers.clear()
+                raise TeardownForced(left) from None
             except Exception as e:  # noqa: BLE001 - one failing closer must not keep the rest from running
                 problems.append(f"{what}: {type(e).__name__}: {e}")
         return problems

@@ -35,6 +35,7 @@ class Segment:
     profile: str
     knee: float | None = None
     knee_profile: str | None = None
+    unit: str | None = None  # what `knee` is a multiple of: the profile's knee (None) or its ceiling ("ceiling")
 
     def __post_init__(self):
         if (self.knee is None) != (self.knee_profile is None):
@@ -42,11 +43,11 @@ class Segment:
         if self.rate is None and self.knee is None:
             raise ValueError(f"the segment at {self.start_s:g} s needs a rate or a knee fraction")
 
-    def resolved(self, knees: Mapping[str, float]) -> Segment:
-        """This segment with its rate in requests/s; ValueError naming a profile `knees` lacks."""
+    def resolved(self, knees: Mapping[str, float], ceilings: Mapping[str, float] | None = None) -> Segment:
+        """This segment with its rate in requests/s; ValueError naming a profile `knees` (`ceilings`) lacks."""
         if self.knee is None:
             return self
-        return replace(self, rate=Rate(self.knee, KNEE).per_second(knees, self.knee_profile))
+        return replace(self, rate=Rate(self.knee, self.unit or KNEE).per_second(knees, self.knee_profile, ceilings))
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,16 @@ class DrillPlan:
         """The profiles whose knee this plan still needs before traffic can run."""
         return {s.knee_profile for s in self.segments if s.rate is None}
 
-    def resolved(self, knees: Mapping[str, float]) -> DrillPlan:
-        """A new plan with every knee-unit rate in requests/s from `knees` (profile -> knee, requests/s);
-        ValueError naming every profile whose knee `knees` lacks."""
-        missing = sorted({s.knee_profile for s in self.segments if s.knee is not None} - set(knees))
+    def resolved(self, knees: Mapping[str, float], ceilings: Mapping[str, float] | None = None) -> DrillPlan:
+        """A new plan with every knee-unit rate in requests/s from `knees` (profile -> knee, requests/s) and
+        every ceiling-unit rate from `ceilings`; ValueError naming every profile the tables lack."""
+        tables = {KNEE: knees, "ceiling": ceilings or {}}
+        missing = sorted({s.knee_profile for s in self.segments
+                          if s.knee is not None and s.knee_profile not in tables[s.unit or KNEE]})
         if missing:
             raise ValueError(f"no calibrated knee for traffic profile {', '.join(map(repr, missing))}, which the "
-                             "plan's knee-unit rates need: run `sandbox calibrate`")
-        return replace(self, segments=[s.resolved(knees) for s in self.segments], events=list(self.events),
+                             "plan's capacity-unit rates need: run `sandbox calibrate`")
+        return replace(self, segments=[s.resolved(knees, ceilings) for s in self.segments], events=list(self.events),
                        jobs=list(self.jobs))
 
     def segment_at(self, t: float) -> Segment:
@@ -108,7 +111,7 @@ class DrillPlan:
 
 
 def make_plan(incident, variant_name: str, seed: int, duration_s: float | None = None,
-              knees: Mapping[str, float] | None = None) -> DrillPlan:
+              knees: Mapping[str, float] | None = None, ceilings: Mapping[str, float] | None = None) -> DrillPlan:
     """The schedule of one drill. `incident` is an incidents.schema.Incident; knee-unit rates are resolved
     from `knees` (profile -> knee, requests/s) when given, else left with rate None (`DrillPlan.resolved`)."""
     rng = random.Random(f"{incident.id}/{variant_name}/{seed}")  # str seeds hash deterministically
@@ -127,7 +130,7 @@ def make_plan(incident, variant_name: str, seed: int, duration_s: float | None =
                 p.profile or incident.traffic.profile)
             for p in incident.traffic.peaks if p.concurrency is not None and p.at_s < duration]
     plan = DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events, jobs)
-    return plan if knees is None else plan.resolved(knees)
+    return plan if knees is None else plan.resolved(knees, ceilings)
 
 
 def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segment]:
@@ -153,6 +156,6 @@ def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segm
 
 
 def _segment(start_s: float, rate: Rate, factor: float, profile: str, knee_of: str) -> Segment:
-    if rate.unit == KNEE:
-        return Segment(start_s, None, profile, rate.value * factor, knee_of)
+    if rate.unit is not None:
+        return Segment(start_s, None, profile, rate.value * factor, knee_of, None if rate.unit == KNEE else rate.unit)
     return Segment(start_s, rate.value * factor, profile)

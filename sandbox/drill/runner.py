@@ -1,6 +1,7 @@
 """One drill, start to finish: stack, traffic, canaries, the timeline, the page, the record, the clean-up.
 
-Invariants, whatever happens (an error, Ctrl-C, SIGTERM):
+Invariants, whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP, a closed output; only a signal during
+the clean-up that was already asked to wait stops it, and then run.json names what was left):
   * every fault injected is reverted before the drill returns;
   * every process the drill started (traffic, canaries, and the stack if it started it) is stopped;
   * the run directory holds complete files: run.json says how the drill ended.
@@ -23,7 +24,7 @@ from sandbox.calibration.calibrator import calibrate_stack
 from sandbox.canary import process as canary_process
 from sandbox.drill.closers import Closers
 from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
-from sandbox.drill.interrupts import DrillInterrupted, deferred_signals, raise_interrupted
+from sandbox.drill.interrupts import DrillInterrupted, TeardownForced, deferred_signals, raise_interrupted
 from sandbox.drill.pager import Pager
 from sandbox.drill.plan import make_plan
 from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, write_atomic
@@ -73,7 +74,7 @@ class Drill:
     # -- the whole drill ---------------------------------------------------------
     def run(self) -> DrillResult:
         status, error, checks = "failed", None, None
-        previous = signal.signal(signal.SIGTERM, raise_interrupted)
+        previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
         try:
             self._start()
             self._follow_timeline()
@@ -89,9 +90,14 @@ class Drill:
             error = f"{type(e).__name__}: {e}"
             raise
         finally:
-            with deferred_signals():
-                self._teardown(status, error)
-            signal.signal(signal.SIGTERM, previous)
+            with deferred_signals(self.steps.note):
+                try:
+                    self._teardown(status, error)
+                except TeardownForced as forced:
+                    status, error = "forced", f"clean-up stopped by a signal; left: {', '.join(forced.left)}"
+                    self._forced(forced.left)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
         return DrillResult(self.record.dir.name, str(self.record.dir), status, self.page, self.plan,
                            self.traffic.stats.summary() if self.traffic else {}, error, checks)
 
@@ -138,6 +144,7 @@ class Drill:
         self.t0_wall = time.time()
         self.record.update_public(traffic_started=self.t0_wall, calibration=None if self.calibration is None else {
             "measured_at": self.calibration.measured_at, "knees_rps": self.calibration.knees(),
+            "ceilings_rps": self.calibration.ceilings(),
             "thresholds": self.calibration.thresholds})
         self.record.event("traffic started", 0.0)
 
@@ -166,7 +173,7 @@ class Drill:
         except IncidentError:
             pass  # the drill's own incident is valid; its profiles are enough
         cal, _ = calibrate_stack(self.cfg, self.state, sorted(profiles), self.steps)
-        self.plan = self.plan.resolved(cal.knees())
+        self.plan = self.plan.resolved(cal.knees(), cal.ceilings())
         self.calibration = cal
 
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
@@ -261,6 +268,13 @@ class Drill:
         problems = self.closers.close_all()
         if problems:
             raise RuntimeError("drill clean-up incomplete: " + "; ".join(problems))
+
+    def _forced(self, left: list[str]) -> None:
+        """The clean-up was stopped by a signal: run.json says so and what was left; so does the drill."""
+        if self.record is not None:
+            self.record.update_public(status="forced", ended=time.time(), left=left)
+        self.steps.note(f"clean-up stopped: left {', '.join(left)}; `sandbox down` stops what is still running "
+                        "(the faults live in the stack's processes and go with them)")
 
     def _revert_phase_on_close(self, phase: str) -> None:
         def revert() -> list[str]:

@@ -60,12 +60,11 @@ def test_the_injection_event_carries_the_variants_faults(ttft):
 
 
 def test_a_surge_multiplies_the_rate_from_the_injection_on(surge):
-    plan = make_plan(surge, "surge", 3, knees={"default": 4.0})
+    plan = make_plan(surge, "surge", 3, knees={"default": 4.0}, ceilings={"default": 5.0})
     before, after = plan.segment_at(plan.inject_at_s - 1), plan.segment_at(plan.inject_at_s + 1)
-    factor = surge.variants["surge"].traffic.rate_factor
-    assert surge.traffic.rate.unit == "knee"  # the shipped catalogue is written in capacity units
-    assert before.rate == pytest.approx(4.0 * surge.traffic.rate.value)
-    assert after.rate == pytest.approx(4.0 * surge.traffic.rate.value * factor)
+    assert (str(surge.traffic.rate), surge.variants["surge"].traffic.rate_factor) == ("0.4 ceiling", 3.25)
+    assert before.rate == pytest.approx(2.0) and after.rate == pytest.approx(6.5)  # 0.4 and 1.3 of the ceiling
+    assert (before.knee, before.unit, after.knee) == (0.4, "ceiling", 1.3)
     assert before.profile == after.profile == surge.traffic.profile
 
 
@@ -92,11 +91,11 @@ def test_a_batch_job_peak_runs_beside_the_base_traffic_with_its_own_profile():
 
 def test_an_absolute_plan_is_the_same_with_or_without_knees(absolute_surge):
     plan = make_plan(absolute_surge, "surge", 3)
-    assert plan.segments == [Segment(0.0, 2.0, "default"), Segment(plan.inject_at_s, 6.0, "default")]
+    assert plan.segments == [Segment(0.0, 2.0, "default"), Segment(plan.inject_at_s, 6.5, "default")]
     assert plan.unresolved_profiles() == set()
     assert make_plan(absolute_surge, "surge", 3, knees={}).to_dict() == plan.to_dict() == plan.resolved({}).to_dict()
-    assert plan.to_dict()["segments"][1] == {"start_s": plan.inject_at_s, "rate": 6.0, "profile": "default",
-                                             "knee": None, "knee_profile": None}
+    assert plan.to_dict()["segments"][1] == {"start_s": plan.inject_at_s, "rate": 6.5, "profile": "default",
+                                             "knee": None, "knee_profile": None, "unit": None}
 
 
 def test_a_knee_plan_keeps_its_fractions_and_is_unresolved_until_resolved(knee):

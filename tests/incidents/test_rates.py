@@ -10,7 +10,8 @@ from tests.incidents.samples import VALID, edit, fake_faults, line_of
 pytestmark = pytest.mark.usefixtures("promtool")
 
 PEAK = "{at_s: 150, duration_s: 60, rate: 6.0}"
-HOW = ": write requests/s as a plain number, or a fraction of the profile's knee as '<number> knee'"
+HOW = (": write requests/s as a plain number, or a fraction of the profile's knee as '<number> knee' "
+       "(or of its ceiling as '<number> ceiling')")
 NOT_A_RATE = "expected a number (requests/s) or '<number> knee' (a fraction of the profile's knee), got string "
 
 
@@ -85,9 +86,17 @@ def test_a_rate_per_second_is_its_value_or_the_fraction_of_the_profiles_knee():
     (-0.5, KNEE, "value: must be a finite number > 0, got -0.5"),
     (float("inf"), None, "value: must be a finite number > 0, got inf"),
     (True, None, "value: must be a finite number > 0, got True"),
-    (0.5, "rps", "unit: must be None (requests/s) or 'knee', got 'rps'"),
+    (0.5, "rps", "unit: must be None (requests/s), 'knee' or 'ceiling', got 'rps'"),
 ])
 def test_a_rate_out_of_range_is_a_value_error(value, unit, message):
     with pytest.raises(ValueError) as info:
         Rate(value, unit)
     assert str(info.value) == message
+
+
+def test_a_ceiling_rate_resolves_against_the_ceilings_and_is_its_own_unit(tmp_path):
+    rate = Rate(1.3, "ceiling")
+    assert str(rate) == "1.3 ceiling"
+    assert rate.per_second({"default": 4.0}, "default", {"default": 5.0}) == pytest.approx(6.5)
+    with pytest.raises(ValueError, match="no calibrated ceiling for traffic profile 'default'"):
+        rate.per_second({"default": 4.0}, "default")
