@@ -5,7 +5,8 @@ The key names what a calibration measured, so a change to any part of it means a
     machine    CPU model, the CPUs this process may run on (taskset, cgroup quota), memory,
                whether a GPU is present: what the stack's replicas inherit
     serve      the deployed Serve config (replicas, engine settings, version)
-    catalogue  every incident file, the traffic profiles, and the sweep's own settings
+    catalogue  every incident file, the traffic profiles, the sweep's settings and its code (a change
+               to how capacity is measured or thresholds derived is a new measurement)
 
 A file that does not parse or does not hold a whole calibration is corrupt: it is reported,
 removed and measured again, never trusted. Writes are atomic (a temporary file renamed).
@@ -24,6 +25,7 @@ from sandbox.calibration.sweep import SweepConfig
 from services.stack.settings import REPO_ROOT
 
 PROFILES_FILE = REPO_ROOT / "incidents" / "profiles.py"
+METHOD_FILES = tuple(Path(__file__).parent / name for name in ("sweep.py", "calibrator.py", "thresholds.py"))
 
 
 def _read(path: Path) -> str:
@@ -63,7 +65,8 @@ def digest(text: str) -> str:
 
 def catalogue_digest(incidents_dir: Path, sweep: SweepConfig) -> str:
     parts = [f"{p.name}\n{_read(p)}" for p in sorted(Path(incidents_dir).glob("*.yaml"))]
-    return digest("\n---\n".join([*parts, _read(PROFILES_FILE), json.dumps(asdict(sweep), sort_keys=True)]))
+    method = [_read(path) for path in METHOD_FILES]
+    return digest("\n---\n".join([*parts, _read(PROFILES_FILE), *method, json.dumps(asdict(sweep), sort_keys=True)]))
 
 
 def key(serve_config: Path, incidents_dir: Path, sweep: SweepConfig, profiles: list[str]) -> dict:

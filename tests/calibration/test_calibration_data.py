@@ -179,3 +179,17 @@ def test_a_sweep_whose_lightest_rate_is_not_light_was_disturbed():
     assert disturbed(quiet) is None
     assert disturbed(busy) == ("at 2.00 req/s the median TTFT was 7.4x the idle median "
                                "(a quiet stack stays within 3x)")
+
+
+def test_a_closed_loops_rate_counts_the_chunks_streamed_inside_the_window():
+    from sandbox.calibration.sweep import chunk_times, streamed_rate
+    from sandbox.traffic.generator import RequestResult
+
+    # two requests of 5 chunks each (first at ttft, then 1 s apart); window [2, 6]
+    a = RequestResult("200", e2e_s=4.5, ttft_s=0.5, chunk_gaps_s=[1.0] * 4)  # started at 0: chunks 0.5..4.5
+    b = RequestResult("200", e2e_s=4.5, ttft_s=0.5, chunk_gaps_s=[1.0] * 4)  # started at 3: chunks 3.5..7.5
+    finished = [(4.5, a), (7.5, b)]
+    assert chunk_times(4.5, a) == [0.5, 1.5, 2.5, 3.5, 4.5]
+    # inside [2, 6]: a's 2.5, 3.5, 4.5 and b's 3.5, 4.5, 5.5 -> 6 chunks / 4 s / 5 chunks per request
+    assert streamed_rate(finished, 2.0, 6.0) == pytest.approx(0.3)
+    assert streamed_rate([], 2.0, 6.0) is None
