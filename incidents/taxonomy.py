@@ -1,14 +1,25 @@
-"""Stable ids for diagnoses: the root causes a candidate may name and the remediations they may propose.
+"""Stable ids for diagnoses: the root causes a candidate may name, where they may locate them, the
+remediations they may propose, and what each cause moves.
 
-Data first: `ROOT_CAUSES` and `REMEDIATIONS` are tuples of frozen `Term`s in a fixed order, so
-`sandbox taxonomy --json` and the grader read the same list. Descriptions state the mechanism
-without saying which incident it belongs to, so they help a candidate choose without giving away
-an answer.
+Data first: `ROOT_CAUSES`, `COMPONENTS` and `REMEDIATIONS` are tuples of frozen `Term`s in a fixed
+order, so `sandbox taxonomy --json` and the grader read the same list. Descriptions state the
+mechanism without saying which incident it belongs to, so they help a candidate choose without
+giving away an answer.
+
+`MECHANISMS` says, for every root cause, how quantities (incidents/quantities.py) move when it is
+what happened: the physics of the cause, written once, so an alternative from another incident
+can be set against this one's (incidents/signatures.py adds what each variant's signals showed in
+`sandbox verify`, and a test checks the two never contradict). A grader credits a move only when
+the recording shows it, so a move written here can make it stricter, never more generous about
+the true cause.
 """
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import asdict, dataclass
+
+from incidents.quantities import BY_ID as QUANTITY_IDS
 
 
 @dataclass(frozen=True)
@@ -72,7 +83,94 @@ REMEDIATIONS: tuple[Term, ...] = (
     Term("no-action", "Change nothing."),
 )
 
+# Where a diagnosis locates its cause: a closed list, so a candidate can know the words the key uses.
+# `in_stack=False`: not a part of the serving stack (what clients send, how big the fleet is); where
+# the key names one of these, the component does not locate anything and null is as right.
+@dataclass(frozen=True)
+class Component:
+    id: str
+    description: str
+    in_stack: bool = True
+
+
+COMPONENTS: tuple[Component, ...] = (
+    Component("prefix-cache", "The prefix cache: KV blocks of shared prompt prefixes kept for reuse."),
+    Component("scheduler", "The engine's scheduler: the batch it runs each step, its token budget and sequence cap."),
+    Component("attention-kernel", "The attention kernel and its configuration."),
+    Component("kv-cache", "The KV cache: its pool of blocks, their allocation and their storage format."),
+    Component("device-memory", "Device memory: what weights, the KV pool and step activations are given of it."),
+    Component("numerics", "How the model computes: dtypes and reduction orders."),
+    Component("sampler", "The sampler that turns logits into tokens (temperature, seeds)."),
+    Component("weights", "The model's weights and how they are stored (quantization)."),
+    Component("speculative-decoding", "Speculative decoding: the draft model and the verifier."),
+    Component("node", "The machine or container a replica runs on: its CPU and memory limits."),
+    Component("traffic", "What clients send: how many requests, how long.", in_stack=False),
+    Component("capacity", "How many replicas serve against the load offered.", in_stack=False),
+)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A quantity's expected direction when a cause is what happened.
+
+    where: fleet (every replica and task moves), replica (one replica moves, the others do not),
+    task (one canary task moves); part: the slice it is about (("length", "long"),)."""
+    quantity: str
+    direction: str
+    where: str = "fleet"
+    part: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        if self.quantity not in QUANTITY_IDS:
+            raise ValueError(f"unknown quantity {self.quantity!r}")
+        if self.direction not in ("up", "down", "flat"):
+            raise ValueError(f"direction must be up, down or flat, got {self.direction!r}")
+        if self.where not in ("fleet", "replica", "task"):
+            raise ValueError(f"where must be fleet, replica or task, got {self.where!r}")
+
+
+def _moves(where: str = "fleet", **directions: str) -> tuple[Move, ...]:
+    return tuple(Move(q.replace("_", "-"), d, where) for q, d in directions.items())
+
+
+_UNCHANGED_LOAD = _moves(request_rate="flat", prompt_length="flat")
+_SHORT, _LONG = (("length", "short"),), (("length", "long"),)
+_GREEDY, _SEEDED = (("mode", "greedy"),), (("mode", "seeded"),)
+
+# no-fault moves nothing: every quantity stays flat (signatures.py reads it so).
+MECHANISMS: dict[str, tuple[Move, ...]] = {
+    "prefix-caching-disabled": _moves(prefix_cache_hit_rate="down", prefill_time="up", time_to_first_token="up")
+    + _UNCHANGED_LOAD,
+    "prefill-budget-too-small": _moves(iteration_tokens="down", prefill_time="up", time_to_first_token="up",
+                                       prefix_cache_hit_rate="flat") + _UNCHANGED_LOAD,
+    "slow-attention-kernel": _moves(prefill_time="up", decode_time="up", time_between_tokens="up",
+                                    time_to_first_token="up", prefix_cache_hit_rate="flat", spec_acceptance="flat")
+    + _UNCHANGED_LOAD,
+    "prompt-length-shift": _moves(prompt_length="up", request_rate="flat", time_to_first_token="up"),
+    "memory-headroom-too-small": _moves(device_memory_headroom="down", errors="up"),
+    "kv-block-leak": _moves(kv_usage="up", device_memory_headroom="flat"),
+    "max-num-seqs-too-high": _moves(running_requests="up", errors="up"),
+    "batch-variant-numerics": (Move("output-mismatch", "up", part=_GREEDY),),
+    "sampler-seed-ignored": (Move("output-mismatch", "up", part=_SEEDED), Move("output-mismatch", "flat", part=_GREEDY)),
+    "replica-numerics-mismatch": (Move("output-mismatch", "up", "replica", _GREEDY),),
+    "cpu-throttled-replica": _moves("replica", cpu_throttling="up", time_between_tokens="up", time_to_first_token="up")
+    + _moves(preemptions="flat"),
+    "kernel-fallback": _moves("replica", time_between_tokens="up", time_to_first_token="up")
+    + _moves(cpu_throttling="flat", preemptions="flat"),
+    "kv-cache-too-small": _moves("replica", preemptions="up", kv_usage="up", time_to_first_token="up")
+    + _moves(cpu_throttling="flat"),
+    "weight-quantization-too-coarse": _moves("task", task_accuracy="down")
+    + (Move("task-accuracy", "down", part=_SHORT),),
+    "kv-cache-quantization": _moves("task", task_accuracy="down") + (Move("task-accuracy", "down", part=_LONG),),
+    "draft-model-mismatch": _moves(spec_acceptance="down", time_between_tokens="up"),
+    "capacity-exceeded": _moves(request_rate="up", queue_time="up", time_to_first_token="up", prefill_time="flat",
+                                decode_time="flat", prompt_length="flat", output_length="flat"),
+    "no-fault": (),
+}
+
 _ROOT_CAUSES = {t.id: t for t in ROOT_CAUSES}
+_COMPONENTS = {c.id: c for c in COMPONENTS}
+assert set(MECHANISMS) == set(_ROOT_CAUSES), "every root cause says what it moves"
 _REMEDIATIONS = {t.id: t for t in REMEDIATIONS}
 
 
@@ -94,7 +192,24 @@ def remediation(id: str) -> Term:
     return _REMEDIATIONS[id]
 
 
-def as_dict() -> dict[str, list[dict[str, str]]]:
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def component(text: str) -> Component:
+    """The component `text` names: its id, or the same words in another case or spacing ("KV cache", "the
+    attention kernel"); ValueError with the closest id and the list otherwise."""
+    words = _WORD.findall(str(text).lower())
+    if words[:1] == ["the"]:
+        words = words[1:]
+    id = "-".join(words)
+    if id not in _COMPONENTS:
+        raise ValueError(f"unknown component {text!r}{suggestion(id, _COMPONENTS)}; "
+                         f"the components are {', '.join(_COMPONENTS)}")
+    return _COMPONENTS[id]
+
+
+def as_dict() -> dict[str, list[dict]]:
     """The whole taxonomy as plain data (the shape `sandbox taxonomy --json` prints)."""
     return {"root_causes": [asdict(t) for t in ROOT_CAUSES],
+            "components": [asdict(c) for c in COMPONENTS],
             "remediations": [asdict(t) for t in REMEDIATIONS]}

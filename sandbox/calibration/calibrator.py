@@ -14,7 +14,7 @@ from pathlib import Path
 from incidents.profiles import get_profile
 from sandbox.calibration import cache, thresholds
 from sandbox.calibration.capacity import Calibration, CalibrationError, ProfileCapacity
-from sandbox.calibration.sweep import SweepConfig, Sweeper, knee
+from sandbox.calibration.sweep import SweepConfig, Sweeper, knee, percentile
 from sandbox.canary import process as canary_process
 from services.stack import threshold_rules
 from services.stack.prometheus import PrometheusClient
@@ -60,6 +60,8 @@ class Calibrator:
         self.state, self.key, self.profiles, self.sweep = state, key, sorted(profiles), sweep
         self.progress = progress or (lambda seconds, label: None)
         self.canary, self.seed = canary, seed
+        self.ceiling_ttft: list[float] = []  # pooled over every profile's ceiling phase
+        self.ceiling_itl: list[float] = []
 
     def run(self) -> Calibration:
         t0 = time.monotonic()
@@ -75,6 +77,8 @@ class Calibrator:
             if (why := disturbed(ref_points)) is not None:  # once more: a busy minute is not the stack's capacity
                 warnings.append(why + "; measured again")
                 self.progress(0.0, f"{reference}: disturbed, measuring again")
+                self.ceiling_ttft.clear()  # the disturbed ceiling is not the stack's
+                self.ceiling_itl.clear()
                 ref_points = self._measure(reference, full=True)
                 if (why := disturbed(ref_points)) is not None:
                     warnings.append(why + " again: the machine is busy, and drills on it will be too")
@@ -94,7 +98,14 @@ class Calibrator:
                     for name, pts in measured.items()}
         return Calibration(self.key, time.time(), time.monotonic() - t0, reference, share, self.sweep.knee_factor,
                            profiles, tuple(p for p in ref_points if p.phase == "rate"),
-                           thresholds.derive(profiles), tuple(warnings))
+                           thresholds.derive(*self.slo_basis()), tuple(warnings))
+
+    def slo_basis(self) -> tuple[float, float]:
+        """The TTFT and ITL p99 over every profile's ceiling requests pooled."""
+        ttft, itl = percentile(self.ceiling_ttft, 99), percentile(self.ceiling_itl, 99)
+        if ttft is None or itl is None:
+            raise CalibrationError("no ceiling request streamed: is the stack serving?")
+        return ttft, itl
 
     def _measure(self, name: str, full: bool):
         done = {"s": 0.0}
@@ -107,6 +118,8 @@ class Calibrator:
         sweeper = Sweeper(self.state.api_url, self.state.model_name, self.sweep, self.seed, step,
                           replicas=self.state.replicas or 1)
         points = sweeper.run(get_profile(name), full=full)
+        self.ceiling_ttft += sweeper.ceiling_ttft
+        self.ceiling_itl += sweeper.ceiling_itl
         bad = [p for p in points if p.requests == 0]
         if bad:
             raise CalibrationError(f"profile {name}: no request finished in the {bad[0].phase} phase "

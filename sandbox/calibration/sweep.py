@@ -111,6 +111,9 @@ class Sweeper:
                  progress: Callable[[str], None] | None = None, replicas: int = 1):
         self.api_url, self.model, self.config, self.seed = api_url, model, config, seed
         self.clients = config.clients_per_replica * max(1, replicas)
+        # Every ceiling request's TTFT and every gap between its chunks, for SLOs from pooled samples.
+        self.ceiling_ttft: list[float] = []
+        self.ceiling_itl: list[float] = []
         self.progress = progress or (lambda phase: None)
 
     def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
@@ -173,6 +176,10 @@ class Sweeper:
         lo, hi = self.config.warmup_s, self.config.warmup_s + window_s
         if arrived_before is None:  # closed loop: what finished inside the window, at the rate it streamed
             inside = [(t, r) for t, r in finished if lo <= t <= hi]
+            if phase == "ceiling":
+                ok = [r for _, r in inside if r.status == "200"]
+                self.ceiling_ttft += [r.ttft_s for r in ok if r.ttft_s is not None]
+                self.ceiling_itl += [g for r in ok for g in r.chunk_gaps_s]
             point = summarize(phase, offered, inside, window_s)
             rate = streamed_rate(finished, lo, hi)
             return point if rate is None else replace(point, rate=rate)

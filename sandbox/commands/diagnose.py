@@ -13,14 +13,22 @@ from sandbox.commands.common import console, fail, print_json
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def taxonomy(as_json: bool = typer.Option(False, "--json", help="one JSON object: root_causes, remediations")):
-        """The root-cause and remediation ids a diagnosis names, with a line on each."""
+    def taxonomy(
+        as_json: bool = typer.Option(False, "--json", help="one JSON object: root_causes, components, remediations"),
+        quantities: bool = typer.Option(False, "--quantities",
+                                        help="the quantities the grader reads queries as, with the metrics of each"),
+    ):
+        """The root-cause, component and remediation ids a diagnosis names, with a line on each."""
         from incidents import taxonomy as tx
 
+        if quantities:
+            _print_quantities(as_json)
+            return
         if as_json:
             print_json(tx.as_dict())
             return
-        for title, terms in (("Root causes", tx.ROOT_CAUSES), ("Remediations", tx.REMEDIATIONS)):
+        for title, terms in (("Root causes", tx.ROOT_CAUSES), ("Components (location.component, or null)", tx.COMPONENTS),
+                             ("Remediations", tx.REMEDIATIONS)):
             console.print(f"[bold]{title}[/bold]")
             for t in terms:
                 console.print(f"  {t.id:<32} {t.description}", soft_wrap=True)
@@ -64,6 +72,24 @@ def register(app: typer.Typer) -> None:
             print_json({"valid": True, "diagnosis": diagnosis.to_dict()})
         else:
             console.print(f"{check}: a valid diagnosis of run {diagnosis.run} ({diagnosis.root_cause})")
+
+
+def _print_quantities(as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from incidents.quantities import QUANTITIES
+
+    if as_json:
+        print_json([asdict(q) for q in QUANTITIES])
+        return
+    for q in QUANTITIES:
+        console.print(f"[bold]{q.id}[/bold]  {q.description}", soft_wrap=True)
+        forms = [f"quantiles and mean of {h}" for h in q.histograms]
+        forms += [f"{r.numerator.metric} / {r.denominator.metric}" for r in q.ratios]
+        forms += [f"{'rate of ' if s.kind == 'rate' else ''}{s.series.metric}" for s in q.singles]
+        forms += [f"{d.lhs.metric} - {d.rhs.metric}" for d in q.differences]
+        for f in dict.fromkeys(forms):
+            console.print(f"    {f}", soft_wrap=True)
 
 
 def register_grade(app: typer.Typer) -> None:

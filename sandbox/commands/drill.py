@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"drill {result.status}: run {result.run_id} ({result.run_dir})")
         if result.status == "failed":
             raise typer.Exit(1)
-        if result.status == "interrupted":
+        if result.status in ("interrupted", "forced"):
             raise typer.Exit(130)  # the shell's code for "ended by Ctrl-C"
 
     @app.command()

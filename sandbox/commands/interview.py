@@ -4,6 +4,7 @@ from __future__ import annotations
 # Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
 # start without loading what other commands need (the grader's plots, the engine, Ray's client).
 import json
+import math
 import time
 from pathlib import Path
 
@@ -32,6 +33,17 @@ def interview_panel(page: dict) -> Panel:
              "  sandbox ask NAME        one piece, as a table and a plot of the last five minutes",
              "  sandbox diagnose        your diagnosis (or: sandbox diagnose --file d.yaml)"]
     return Panel("\n".join(lines), title="PAGE (interview)", border_style="red")
+
+
+def series_names(labelsets: list[dict], wide: bool = False) -> list[str]:
+    """A name per series: the labels whose values differ between the series (all labels with `wide`, or
+    when there is one series), so settings that tell the series apart are not cut off behind the ones
+    they share."""
+    sets = [{k: v for k, v in m.items() if k != "__name__"} for m in labelsets]
+    keys = sorted({k for s in sets for k in s})
+    differ = [k for k in keys if len({s.get(k) for s in sets}) > 1]
+    shown = keys if wide or len(sets) < 2 or not differ else differ
+    return [",".join(f"{k}={s[k]}" for k in shown if k in s) or "-" for s in sets]
 
 
 def register(app: typer.Typer) -> None:
@@ -78,9 +90,13 @@ def register(app: typer.Typer) -> None:
     def ask(
         name: str = typer.Argument(None, help="the evidence to reveal (see --list)"),
         list_all: bool = typer.Option(False, "--list", help="what can be asked"),
-        as_json: bool = typer.Option(False, "--json", help="one JSON object"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object (every series with all its labels)"),
+        wide: bool = typer.Option(False, "--wide", help="every label of every series, not only those that differ"),
     ):
-        """Reveal one named piece of evidence: its queries' last values, ranges and a terminal plot."""
+        """Reveal one named piece of evidence: its queries' last values, ranges and a terminal plot.
+
+        A series is named by the labels that differ between the series of its query (all of them
+        with --wide or --json); last, min and max skip the points with no value (0/0)."""
         from sandbox.commands.replay import active_replay
         from sandbox.grading.evidence import CATALOGUE, piece, sparkline
         from services.stack.prometheus import PrometheusClient, PrometheusError
@@ -114,12 +130,12 @@ def register(app: typer.Typer) -> None:
             for label, expr in p.queries:
                 rows = client.query_range(expr, end - WINDOW_S, end, 5.0)
                 series = []
-                for r in rows:
+                for r, name in zip(rows, series_names([r["metric"] for r in rows], wide or as_json)):
                     vals = [float(v) for _, v in r["values"]]
-                    key = ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items()) if k != "__name__") or "-"
-                    series.append({"series": key, "last": vals[-1] if vals else None,
-                                   "min": min(vals) if vals else None, "max": max(vals) if vals else None,
-                                   "plot": sparkline(vals)})
+                    seen = [v for v in vals if math.isfinite(v)]
+                    series.append({"series": name, "labels": {k: v for k, v in r["metric"].items() if k != "__name__"},
+                                   "last": seen[-1] if seen else None, "min": min(seen) if seen else None,
+                                   "max": max(seen) if seen else None, "plot": sparkline(vals)})
                 out["queries"].append({"label": label, "query": expr, "series": series})
         except PrometheusError as e:
             fail(str(e))

@@ -52,7 +52,11 @@ def prompt_diagnosis(run_id: str) -> dict:
     remedies = [t.id for t in taxonomy.REMEDIATIONS]
     console.print("root causes: " + ", ".join(causes), soft_wrap=True)
     d = {"run": run_id, "root_cause": Prompt.ask("root cause", choices=causes, show_choices=False)}
-    d["location"] = {k: _ask_text(f"location: {k}", optional=True) for k in ("replica", "version", "component")}
+    d["location"] = {k: _ask_text(f"location: {k}", optional=True) for k in ("replica", "version")}
+    components = [c.id for c in taxonomy.COMPONENTS]
+    console.print("components: " + ", ".join(components) + " (enter: none)", soft_wrap=True)
+    d["location"]["component"] = Prompt.ask("location: component", choices=components + [""], show_choices=False,
+                                            default="", show_default=False) or None
     d["evidence"] = []
     while (q := _ask_query("evidence query")) is not None:
         d["evidence"].append({"query": q, "observation": _ask_text("  what it shows")})

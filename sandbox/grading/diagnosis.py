@@ -2,7 +2,7 @@
 
     run: 20261130-103425-quality-regression      # the run directory's name (or a recording's)
     root_cause: weight-quantization-too-coarse  # an id from `sandbox taxonomy`
-    location: {replica: null, version: v2, component: weights}
+    location: {replica: null, version: v2, component: weights}   # component: an id from `sandbox taxonomy`
     evidence:                                  # what shows it: PromQL, and what it shows
       - query: min by (task) (rate(sandbox_canary_checks_total{result="correct"}[1m]) / ...)
         observation: add accuracy fell from 1.0 to 0.77 after v2 rolled out
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from incidents import taxonomy
-from incidents.promql import check_many
+from incidents.promql import check_many, parse
 from incidents.source import IncidentError, Problem, Problems, load_marked
 
 LOCATION_KEYS = ("replica", "version", "component")
@@ -101,12 +101,34 @@ def parse_diagnosis(text: str, file: str = "<diagnosis>") -> Diagnosis:
     summary = _text(data, ("summary",), problems, nullable=False)
     queries = [(("evidence", i, "query"), e.query) for i, e in enumerate(evidence)]
     queries += [(("hypotheses", i, "ruled_out_by"), h.ruled_out_by) for i, h in enumerate(hypotheses)]
-    for (path, _), error in zip(queries, check_many([q for _, q in queries])):
-        if error is not None:
-            problems.add(path, f"PromQL does not parse: {error}")
+    _check_queries([(path, q) for path, q in queries if q], problems)
     if problems.items:
         raise DiagnosisError(problems.items)
     return Diagnosis(run, cause, location, evidence, hypotheses, remediation, summary)
+
+
+def _check_queries(queries: list[tuple[tuple, str]], problems: Problems) -> None:
+    """Each query must parse twice: into the syntax tree the grader reads (promql-parser), and by Prometheus'
+    own parser (promtool, the final word). A refusal names the query."""
+    for_promtool = []
+    for path, query in queries:
+        if len(query) > MAX_TEXT:
+            problems.add(path, f"is {len(query)} characters; at most {MAX_TEXT}")
+            continue
+        try:
+            parse(query)
+        except ValueError as e:
+            problems.add(path, f"PromQL does not parse: {e}")
+            continue
+        for_promtool.append((path, query))
+    for (path, query), error in zip(for_promtool, check_many([q for _, q in for_promtool])):
+        if error is not None:
+            problems.add(path, f"PromQL does not parse: {error} in {_one_line(query)!r}")
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit] + "..."
 
 
 def _problem(file: str, message: str) -> Problem:
@@ -152,6 +174,11 @@ def _location(value, problems: Problems) -> Location:
             problems.add(("location", key), f"must be text or null, got {type(v).__name__}")
             v = None
         parts[key] = None if v is None else str(v)
+    if parts["component"] is not None:  # a closed list: the words a key can use, in any case or spacing
+        try:
+            parts["component"] = taxonomy.component(parts["component"]).id
+        except ValueError as e:
+            problems.add(("location", "component"), f"{e} (or null); see `sandbox taxonomy`")
     return Location(**parts)
 
 
@@ -218,7 +245,8 @@ def json_schema() -> dict:
             "run": {"type": "string", "description": "the run id (runs/<run-id>) or recording this diagnoses"},
             "root_cause": {"enum": causes},
             "location": {"type": "object", "additionalProperties": False,
-                         "properties": {k: nullable_text for k in LOCATION_KEYS}},
+                         "properties": {"replica": nullable_text, "version": nullable_text,
+                                        "component": {"enum": [c.id for c in taxonomy.COMPONENTS] + [None]}}},
             "evidence": {"type": "array", "items": {
                 "type": "object", "additionalProperties": False, "required": ["query", "observation"],
                 "properties": {"query": promql, "observation": {"type": "string", "minLength": 1}}}},

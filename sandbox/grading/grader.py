@@ -1,34 +1,51 @@
 """The grader: a 0-100 score for a diagnosis of a recorded run, with points and a sentence per criterion.
 
-    root cause   35  the answer key's root cause, exactly
-    location     15  shared over what the key locates (replica, version, component)
-    evidence     25  cited queries re-run on the run's data: each must read a metric of the variant's
-                     distinguishing signals and show a change beyond baseline noise (for a drill with
-                     no fault: show that nothing moved); a query that shows nothing earns nothing
-    hypotheses   15  the strongest sibling cause (the variant whose signature this run matches best)
-                     ruled out by a query that really separates them: it reads a signal that
-                     contradicts the sibling here and moves the way that signal moved
+    root cause   30  the answer key's root cause, exactly
+    location     10  shared over what the key locates (replica, version, component); a component
+                     outside the stack (traffic, capacity) locates nothing, so null is as right
+    evidence     30  cited queries re-run on the run's data, judged by the quantities they read
+                     (sandbox/grading/citations.py): a query counts when it reads one the key's
+                     distinguishing signals read, in any form, and shows the variant's direction
+                     (for a drill with no fault: that nothing moved); one that shows nothing earns nothing
+    hypotheses   20  an alternative ruled out by a query that reads a quantity on which its signature
+                     and the true variant's disagree, the data showing the true direction: all 20 for
+                     the strongest sibling (the variant this run looks most like), 10 for another;
+                     in an incident with one cause, 20 for any
     remediation  10  the first remedy among the key's (5 when only a later one is)
 
-A diagnosis whose cause is wrong keeps half its evidence and hypothesis points (real signals, read
-into the wrong conclusion). Where the key blames one replica, naming another is a wrong diagnosis
-(that replica is healthy) and its remedy would act on the healthy replica: no cause, no remedy points.
+A right cause with no evidence scores at most 50. A diagnosis whose cause is wrong keeps half its
+evidence points (real signals, read into the wrong conclusion) and none for alternatives (they
+were set against the wrong cause): at most 35. Where the key blames one replica, naming another
+is a wrong diagnosis (that replica is healthy) and its remedy would act on the healthy replica:
+no cause, no remedy points.
 
 Deterministic: the same run, key and diagnosis give the same report, byte for byte (queries run
 over fixed windows and steps; figures are rounded; nothing depends on the clock).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from incidents.promql import metric_families
-from sandbox.drill.verify import OTHERS_REL_CHANGE, REL_CHANGE, family, observe
+from incidents import taxonomy
+from incidents.readings import readings
+from incidents.schema import load_catalogue
+from sandbox.drill.verify import family
+from sandbox.grading.citations import Citations
 from sandbox.grading.diagnosis import Diagnosis
 from sandbox.grading.evidence import BY_NAME
 from sandbox.grading.recorded import Windows
 
-POINTS = {"root_cause": 35, "location": 15, "evidence": 25, "hypotheses": 15, "remediation": 10}
+POINTS = {"root_cause": 30, "location": 10, "evidence": 30, "hypotheses": 20, "remediation": 10}
+_CATALOGUES: dict[str, dict] = {}  # incidents directory -> catalogue: loading validates through promtool
+
+
+def catalogue_of(incident) -> dict:
+    """The catalogue the incident came from (for the signatures of causes from other incidents)."""
+    home = str(Path(incident.file).resolve().parent)
+    if home not in _CATALOGUES:
+        _CATALOGUES[home] = load_catalogue(home)
+    return _CATALOGUES[home]
 
 
 @dataclass
@@ -57,33 +74,30 @@ class Report:
 
 
 class Grader:
-    def __init__(self, incident, variant: str, answer: dict, windows: Windows, prom):
+    def __init__(self, incident, variant: str, answer: dict, windows: Windows, prom, catalogue: dict | None = None):
         self.incident, self.variant, self.answer, self.w, self.prom = incident, variant, answer, windows, prom
-        self._observed: dict[str, object] = {}
+        self.cite = Citations(incident, variant, answer, windows, prom,
+                              catalogue if catalogue is not None else catalogue_of(incident))
 
-    # -- measuring ------------------------------------------------------------------
     def observe(self, expr: str):
         """Direction of `expr` between the baseline and the incident window of this run (memoized)."""
-        if expr not in self._observed:
-            w = self.w
-            # judged as `sandbox verify` judges: a control drill's "flat" allows the machine's drift
-            rel = OTHERS_REL_CHANGE["latency"] if family(self.incident) == "control" else REL_CHANGE
-            self._observed[expr] = observe(self.prom, expr, expr, w.t0, w.inject_s, w.end_s, settled_s=w.settled_s,
-                                           rel_change=rel)
-        return self._observed[expr]
+        return self.cite.look(expr)
 
-    def signal_families(self, names) -> dict[str, set[str]]:
-        return {n: set(metric_families(self.incident.signals[n])) for n in names if n in self.incident.signals}
+    def strongest_sibling(self) -> tuple[str | None, list[str]]:
+        return self.cite.strongest_sibling()
 
     # -- criteria -------------------------------------------------------------------
     def grade(self, d: Diagnosis, time_to_diagnosis_s: float | None = None, asks: list[dict] | None = None) -> Report:
         """asks: the interview's log of `sandbox ask` ([{time, evidence}]); None outside an interview."""
         criteria = [self.root_cause(d), self.location(d), self.evidence(d), self.hypotheses(d), self.remediation(d)]
-        if not self.cause_right(d):  # real signals read into the wrong conclusion: half the work
+        if not self.cause_right(d):
             for c in criteria:
-                if c.name in ("evidence", "hypotheses") and c.points:
+                if c.name == "evidence" and c.points:  # real signals, read into the wrong conclusion: half
                     c.points //= 2
                     c.sentence += "; halved: they support a cause that is not what happened"
+                if c.name == "hypotheses" and c.points:
+                    c.points = 0
+                    c.sentence += "; no points: they were ruled out in favour of a cause that is not what happened"
         if asks is not None:  # an interview: the order of the asks is graded too, on 20 of the 100 points
             for c in criteria:
                 c.points, c.max_points = round(c.points * 0.8), round(c.max_points * 0.8)
@@ -109,121 +123,93 @@ class Grader:
 
     def location(self, d: Diagnosis) -> Criterion:
         key = {k: v for k, v in self.answer["location"].items() if v is not None}
+        notes = []
+        if "component" in key and not _in_stack(key["component"]):
+            notes.append(f"the component does not matter here ({key.pop('component')} is not a part of the stack)")
         if not key:
-            return Criterion("location", POINTS["location"], POINTS["location"], "nothing to locate")
+            return Criterion("location", POINTS["location"], POINTS["location"],
+                             "; ".join(["nothing to locate"] + notes))
         got = {"replica": d.location.replica, "version": d.location.version, "component": d.location.component}
         hits = {k: _same_place(k, got[k], v) for k, v in sorted(key.items())}
         points = round(POINTS["location"] * sum(hits.values()) / len(hits))
         right = [k for k, ok in hits.items() if ok]
-        wrong = [k for k, ok in hits.items() if not ok]
+        wrong = [f"{k}: expected {key[k]!r}, " + (f"named {got[k]!r}" if got[k] is not None else "named none")
+                 for k, ok in hits.items() if not ok]
         sentence = (f"located by {', '.join(right)}" if right else "not located") + \
-                   (f"; {', '.join(wrong)} missing or wrong" if wrong else "")
+                   (f"; {'; '.join(wrong)}" if wrong else "") + (f"; {'; '.join(notes)}" if notes else "")
         return Criterion("location", points, POINTS["location"], sentence,
                          [{"field": k, "right": ok} for k, ok in hits.items()])
 
     def evidence(self, d: Diagnosis) -> Criterion:
-        wanted = self.signal_families(self.answer["evidence"])
-        no_fault = self.answer["root_cause"] == "no-fault"
-        covered, details = set(), []
+        wanted = self.cite.evidence_quantities()
+        covered, details = [], []
         for item in d.evidence:
-            fams = set(metric_families(item.query))
-            touched = sorted(n for n, f in wanted.items() if fams & f)
-            o = self.observe(item.query)
-            shows = o.direction == "flat" if no_fault else o.direction in ("up", "down")
-            ok = bool(touched) and shows
-            if ok:
-                covered.update(touched)
-            details.append({"query": item.query, "touches": touched, "baseline": _r(o.baseline),
-                            "incident": _r(o.incident), "direction": o.direction, "counts": ok})
+            detail, shown = self.cite.judge_evidence(item.query)
+            details.append(detail)
+            if shown is not None and shown not in covered:
+                covered.append(shown)
         need = min(2, len(wanted)) or 1
         points = round(POINTS["evidence"] * min(len(covered), need) / need)
         counted = sum(x["counts"] for x in details)
+        shown_names = ", ".join(sorted({q for q, _ in covered}))
         if not d.evidence:
             sentence = "no evidence cited"
         elif not counted:
-            sentence = "no cited query both reads the distinguishing signal and " + \
-                       ("stays flat" if no_fault else "shows a change beyond baseline noise")
+            sentence = "no cited query both reads what tells this cause apart and " + \
+                       ("stays flat" if self.cite.no_fault else "shows the change it makes")
         else:
-            sentence = f"{counted} of {len(details)} cited queries show the distinguishing signal " + \
-                       ("staying flat" if no_fault else "changing") + f" ({', '.join(sorted(covered))})"
+            sentence = f"{counted} of {len(details)} cited queries show what tells this cause apart ({shown_names})"
+        if counted and len(covered) < need:
+            missing = [q + "".join(f" ({k} {v})" for k, v in part) for q, part in wanted if (q, part) not in covered]
+            sentence += f"; {need - len(covered)} more wanted (here: {', '.join(missing)})"
         return Criterion("evidence", points, POINTS["evidence"], sentence, details)
 
-    def strongest_sibling(self) -> tuple[str | None, list[str]]:
-        """The sibling variant this run looks most like, and the signals that contradict it here."""
-        best = None
-        own_cause = self.incident.variants[self.variant].answer.root_cause
-        for name in sorted(self.incident.variants):
-            sib = self.incident.variants[name]
-            # the same cause through another mechanism (a CPU quota on a process or on its container)
-            # is the same diagnosis, not an alternative to rule out
-            if name == self.variant or sib.answer.root_cause == own_cause:
-                continue
-            by = [s for s, want in sorted(sib.signature.items())
-                  if self.observe(self.incident.signals[s]).direction not in ("no data", want)]
-            if best is None or len(by) < len(best[1]):
-                best = (name, by)
-        return best if best else (None, [])
-
     def hypotheses(self, d: Diagnosis) -> Criterion:
-        sibling, separating = self.strongest_sibling()
-        details = []
-        if sibling is None:  # a single-cause incident: any alternative ruled out by a real observation
-            fams = self.signal_families(self.incident.signals)
-            for h in d.hypotheses:
-                o = self.observe(h.ruled_out_by)
-                reads = sorted(n for n, f in fams.items() if set(metric_families(h.ruled_out_by)) & f)
-                ok = h.root_cause != self.answer["root_cause"] and bool(reads) and o.direction != "no data"
-                details.append({"root_cause": h.root_cause, "reads": reads, "direction": o.direction, "counts": ok})
-            ok = any(x["counts"] for x in details)
-            return Criterion("hypotheses", POINTS["hypotheses"] if ok else 0, POINTS["hypotheses"],
-                             "an alternative ruled out with a query on this run's signals" if ok else
-                             "no alternative ruled out by a query that reads this incident's signals", details)
-        causes = {n: v.answer.root_cause for n, v in self.incident.variants.items()}
-        sep_fams = self.signal_families(separating)
-        best = 0
+        sibling, _ = self.cite.strongest_sibling()
+        target = self.incident.variants[sibling].answer.root_cause if sibling else None
+        details, best = [], 0
         for h in d.hypotheses:
-            o = self.observe(h.ruled_out_by)
-            fams = set(metric_families(h.ruled_out_by))
-            reads = sorted(s for s, f in sep_fams.items() if fams & f)
-            moves = [s for s in reads if self.observe(self.incident.signals[s]).direction == o.direction]
-            target = h.root_cause == causes[sibling]
-            ok = bool(moves)
-            if ok:
-                best = max(best, POINTS["hypotheses"] if target else POINTS["hypotheses"] // 2)
-            details.append({"root_cause": h.root_cause, "strongest_sibling": target, "reads": reads,
-                            "direction": o.direction, "separates": ok})
-        ruled = [x for x in details if x["separates"] and x["strongest_sibling"]]
-        if ruled:
-            sentence = f"the strongest alternative ({causes[sibling]}) is ruled out by a query that separates them"
-        elif best:
-            sentence = f"an alternative is ruled out, but not the strongest ({causes[sibling]})"
+            x = self.cite.rule_out(h.root_cause, h.ruled_out_by)
+            x["strongest"] = target is None or h.root_cause == target
+            details.append(x)
+            if x["separates"]:
+                best = max(best, POINTS["hypotheses"] if x["strongest"] else POINTS["hypotheses"] // 2)
+        ruled = [x for x in details if x["separates"]]
+        if ruled and (target is None or any(x["strongest"] for x in ruled)):
+            x = next(x for x in ruled if x["strongest"])
+            sentence = f"{x['root_cause']} is ruled out by {x['separated_by']}: {x['why']}"
+        elif ruled:
+            sentence = (f"{ruled[0]['root_cause']} is ruled out by {ruled[0]['separated_by']}, but not the strongest "
+                        f"alternative ({target})")
+        elif not d.hypotheses:
+            sentence = "no alternative ruled out"
         else:
-            sentence = f"the strongest alternative ({causes[sibling]}) is not ruled out by a query that " \
-                       f"separates them (here: {', '.join(separating) or 'nothing'})"
+            sentence = "no alternative ruled out by a quantity that separates it from what happened: " + \
+                       details[0]["why"]
         return Criterion("hypotheses", best, POINTS["hypotheses"], sentence, details)
 
     def discipline(self, asks: list[dict]) -> list[Criterion]:
         asked = [BY_NAME[a["evidence"]] for a in asks if a.get("evidence") in BY_NAME]
         names = [p.name for p in asked]
-        latency = family(self.incident) == "latency"
-        page_fams = set(metric_families(self.incident.signals[self.incident.primary]))
-        if latency:
+        if family(self.incident) == "latency":
             looked = any(p.decomposes_latency for p in asked)
-            why = "split latency into its phases (queue, prefill, decode; by replica or version)"
+            did, didnt = ("split latency into its phases (queue, prefill, decode; by replica or version)",
+                          "split latency into its phases (queue, prefill, decode; by replica or version)")
         else:
-            looked = any(page_fams & set(metric_families(q)) for p in asked for _, q in p.queries)
-            why = "looked at the paged signal itself"
+            page = {r.quantity for r in readings(self.incident.signals[self.incident.primary])}
+            looked = any(page & {r.quantity for _, q in p.queries for r in readings(q)} for p in asked)
+            did, didnt = "looked at the paged signal itself", "look at the paged signal itself"
         first = Criterion("decomposed_first", 8 if looked else 0, 8,
-                          ("did " if looked else "did not ") + why + " before concluding", names)
-        _, separating = self.strongest_sibling()
-        sep_fams = set().union(*self.signal_families(separating).values()) if separating else set()
-        hit = [p.name for p in asked if any(sep_fams & set(metric_families(q)) for _, q in p.queries)]
-        if not separating:
+                          (did if looked else f"did not {didnt}") + " before concluding", names)
+        sibling, _ = self.cite.strongest_sibling()
+        if sibling is None:
             sep = Criterion("asked_separating", 8, 8, "a single-cause incident: nothing to separate")
         else:
+            cause = self.incident.variants[sibling].answer.root_cause
+            hit = [p.name for p in asked if any(self.cite.separating(cause, q) for _, q in p.queries)]
             sep = Criterion("asked_separating", 8 if hit else 0, 8,
                             f"asked for what separates the top two causes ({', '.join(hit)})" if hit else
-                            f"never asked for what separates the top two causes ({', '.join(separating)})")
+                            f"never asked for what separates the top two causes (this cause and {cause})")
         n = len(asks)
         count = Criterion("asks", 4 if n <= 6 else 2 if n <= 10 else 0, 4, f"{n} asks (6 or fewer earn all 4 points)")
         return [first, sep, count]
@@ -247,8 +233,11 @@ def _r(v):
     return None if v is None else round(v, 4)
 
 
-_WORD = re.compile(r"[a-z0-9]+")
-_GENERIC = {"the", "a", "of", "engine", "replica", "model", "config", "settings", "layer"}
+def _in_stack(component: str) -> bool:
+    try:
+        return taxonomy.component(component).in_stack
+    except ValueError:  # a key written before the list was closed: graded as a part of the stack
+        return True
 
 
 def _same_place(key: str, got: str | None, want: str) -> bool:
@@ -256,7 +245,8 @@ def _same_place(key: str, got: str | None, want: str) -> bool:
         return False
     if key in ("replica", "version"):
         return got.strip().lower() == str(want).strip().lower()
-    # components are free text: "kv-cache" matches "KV cache", "the kv cache manager"
-    g = set(_WORD.findall(got.lower())) - _GENERIC
-    w = set(_WORD.findall(str(want).lower())) - _GENERIC
-    return bool(w & g)
+    # components are ids from a closed list; a diagnosis may write one in other case or spacing ("KV cache")
+    try:
+        return taxonomy.component(got).id == taxonomy.component(want).id
+    except ValueError:
+        return got.strip().lower() == str(want).strip().lower()

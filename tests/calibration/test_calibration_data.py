@@ -19,7 +19,7 @@ CEILING = point("ceiling", 16, 5.0, 0.4, 0.8, itl_p99=0.6)
 def calibration(key=None, **profiles) -> Calibration:
     caps = {"default": ProfileCapacity("default", SINGLE, CEILING, 4.0), **profiles}
     return Calibration(key or {"k": 1}, 1.0e9, 60.0, "default", 0.8, 10.0, caps,
-                       (point("rate", 2.0, 2.0, 0.2, 0.5),), thresholds.derive(caps))
+                       (point("rate", 2.0, 2.0, 0.2, 0.5),), thresholds.derive(0.8, 0.6))
 
 
 def test_percentiles_interpolate_between_order_statistics():
@@ -50,19 +50,16 @@ def test_a_knee_needs_the_idle_point_and_a_rate():
         knee([point("rate", 2.0, 2.0, 0.2, 0.5)], 10.0)
 
 
-def test_thresholds_are_stated_multiples_of_the_slowest_profiles_ceiling():
-    slow = ProfileCapacity("long-tail", None, point("ceiling", 16, 3.0, 0.5, 1.2, itl_p99=1.0), 2.4)
-    values = calibration(**{"long-tail": slow}).thresholds
-    assert values == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
-                      "sandbox:threshold:client_ttft_p99_seconds": 3.84,  # 1.6 x 2.4
-                      "sandbox:threshold:itl_p99_seconds": 1.5,  # 1.5 x 1.0
-                      "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,
-                      "sandbox:threshold:replica_ttft_p99_floor_seconds": 1.92}
+def test_thresholds_are_stated_multiples_of_the_pooled_ceiling_p99s():
+    assert thresholds.derive(1.2, 1.0) == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
+                                           "sandbox:threshold:client_ttft_p99_seconds": 9.6,  # 4 x 2.4
+                                           "sandbox:threshold:itl_p99_seconds": 1.5,  # 1.5 x 1.0
+                                           "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,
+                                           "sandbox:threshold:replica_ttft_p99_floor_seconds": 1.92}
 
 
 def test_a_very_fast_stack_gets_the_floors_not_slos_below_what_buckets_resolve():
-    fast = {"default": ProfileCapacity("default", SINGLE, point("ceiling", 16, 500.0, 0.001, 0.002, 0.001), 400.0)}
-    values = thresholds.derive(fast)
+    values = thresholds.derive(0.002, 0.001)
     assert values["sandbox:threshold:ttft_p99_seconds"] == thresholds.FLOOR_S["ttft"]
     assert values["sandbox:threshold:itl_p99_seconds"] == thresholds.FLOOR_S["itl"]
 

@@ -1,4 +1,4 @@
-"""PromQL checks: Prometheus' own parser decides what parses; metric_names finds the metrics a query reads."""
+"""PromQL checks: Prometheus' own parser decides what parses; a syntax tree (promql-parser) says what a query reads."""
 from __future__ import annotations
 
 import os
@@ -12,6 +12,7 @@ from incidents.promql import (
     check_promql,
     metric_families,
     metric_names,
+    parse,
     promtool_binary,
 )
 
@@ -79,7 +80,7 @@ def test_promtool_next_to_prometheus_bin_is_preferred_to_path(monkeypatch, tmp_p
     ('sum without (replica) (vllm:num_requests_running{model_name="m", le="x"} offset 5m) > bool 3',
      ["vllm:num_requests_running"]),
     ("rate(a_sum[5m]) / on(replica) group_left(version) rate(a_count[5m:1m] @ start())", ["a_sum", "a_count"]),
-    ('{__name__="up", job="x"} or absent(nan_metric) unless Inf', ["up", "nan_metric"]),
+    ('{__name__="up", job="x"} or absent(nan_metric) unless on() Inf_metric', ["up", "nan_metric", "Inf_metric"]),
     ("topk(3, max_over_time(vllm:kv_cache_usage_perc[1h30m])) * 1e3 + count(up) - 0x1f", ["vllm:kv_cache_usage_perc", "up"]),
     ('label_replace(up, "dst", "$1", "src", "(.*)")  # comment naming not_a_metric', ["up"]),
     ("sandbox:replica_cpu_throttled_seconds_total", ["sandbox:replica_cpu_throttled_seconds_total"]),
@@ -93,3 +94,23 @@ def test_metric_families_fold_histogram_series_onto_their_family():
     expr = "rate(vllm:e2e_request_latency_seconds_sum[1m]) / rate(vllm:e2e_request_latency_seconds_count[1m])"
     assert metric_families(expr) == ["vllm:e2e_request_latency_seconds"]
     assert metric_families(VALID_QUERIES[0]) == ["vllm:time_to_first_token_seconds"]
+
+
+@pytest.mark.parametrize(("expr", "message"), [
+    ("sum(rate(foo[1m])", "unclosed left parenthesis in 'sum(rate(foo[1m])'"),
+    ("rate(foo[5x])", "bad number or duration syntax: 5x in 'rate(foo[5x])'"),
+    ("up unless 1", "set operator 'unless' not allowed in binary scalar expression in 'up unless 1'"),
+    ("   ", "empty expression"),
+])
+def test_parse_refuses_a_malformed_query_naming_it(expr, message):
+    with pytest.raises(ValueError) as info:
+        parse(expr)
+    assert str(info.value) == message
+
+
+def test_parse_refuses_brackets_nested_past_the_limit_before_the_parser_sees_them():
+    # the Rust parser overflows its stack (a crash, not an error) near 6,000 levels
+    deep = "sum(" * 5000 + "up" + ")" * 5000
+    with pytest.raises(ValueError, match="brackets nest more than 64 deep"):
+        parse(deep)
+    assert metric_names("sum(" * 60 + "up" + ")" * 60) == ["up"]
