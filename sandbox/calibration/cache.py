@@ -4,7 +4,8 @@ The key names what a calibration measured, so a change to any part of it means a
 
     machine    CPU model, the CPUs this process may run on (taskset, cgroup quota), memory,
                whether a GPU is present: what the stack's replicas inherit
-    serve      the deployed Serve config (replicas, engine settings, version)
+    serve      the deployed Serve config (replicas, engine settings), less its version label: a stack
+               whose last deploy was reverted serves as the one before it did
     catalogue  every incident file, the traffic profiles, the sweep's settings and its code (a change
                to how capacity is measured or thresholds derived is a new measurement)
 
@@ -19,6 +20,8 @@ import os
 import platform
 from dataclasses import asdict
 from pathlib import Path
+
+import yaml
 
 from sandbox.calibration.capacity import Calibration, CalibrationError
 from sandbox.calibration.sweep import SweepConfig
@@ -69,8 +72,20 @@ def catalogue_digest(incidents_dir: Path, sweep: SweepConfig) -> str:
     return digest("\n---\n".join([*parts, _read(PROFILES_FILE), *method, json.dumps(asdict(sweep), sort_keys=True)]))
 
 
+def serve_digest(serve_config: Path) -> str:
+    text = _read(Path(serve_config))
+    try:
+        data = yaml.safe_load(text)
+        for app in data.get("applications", []):
+            app.get("args", {}).pop("version", None)
+        text = json.dumps(data, sort_keys=True, default=str)
+    except (yaml.YAMLError, AttributeError, TypeError):
+        pass  # not the config we write: its text is the key
+    return digest(text)
+
+
 def key(serve_config: Path, incidents_dir: Path, sweep: SweepConfig, profiles: list[str]) -> dict:
-    return {"machine": machine(), "serve": digest(_read(Path(serve_config))),
+    return {"machine": machine(), "serve": serve_digest(serve_config),
             "catalogue": catalogue_digest(incidents_dir, sweep), "profiles": sorted(profiles)}
 
 

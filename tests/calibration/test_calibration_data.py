@@ -105,6 +105,16 @@ def test_the_key_changes_with_the_serve_config_the_catalogue_the_sweep_and_the_p
     assert base["machine"] == cache.machine() and base["machine"]["cpus"] >= 1
 
 
+def test_a_new_version_label_alone_is_the_same_serve_config(tmp_path):
+    serve = tmp_path / "serve.yaml"
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v1, engine: {max_num_seqs: 32}}\n")
+    v1 = cache.serve_digest(serve)
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v7, engine: {max_num_seqs: 32}}\n")
+    assert cache.serve_digest(serve) == v1
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v7, engine: {max_num_seqs: 16}}\n")
+    assert cache.serve_digest(serve) != v1
+
+
 def test_a_cached_calibration_is_found_by_its_key_and_only_by_it(tmp_path):
     cal = calibration(key={"k": 1})
     cache.save(tmp_path, cal)

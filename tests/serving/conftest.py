@@ -31,7 +31,7 @@ def pytest_configure(config):
 
 # Stack tests run in this order: the API first, state-changing checks (a replica
 # killed, a new version rolled out) late, and the teardown check last.
-STACK_ORDER = ("test_openai_api", "test_api_errors", "test_metrics", "test_cli", "test_reconfigure",
+STACK_ORDER = ("test_openai_api", "test_api_errors", "test_drill_hangup", "test_metrics", "test_cli", "test_reconfigure",
                "test_recovery", "test_deploy", "test_dashboard_queries", "test_calibrate", "test_teardown",
                "test_drill_interrupt",
                "test_interview", "test_verify_subset")
