@@ -17,11 +17,12 @@ A quantity is measured by any of:
 
 each with a polarity (+1: the query rises with the quantity, -1: it falls, as an error share
 falls when accuracy rises). A `share` (a part over its whole) is judged on the smaller of itself
-and its complement, so accuracy 1.0 -> 0.89 and error 0 -> 0.11 are the same change. A `Series` names a metric and, where one metric counts several
-things, the label values its selector must keep and drop (`result="wrong"` keeps `wrong`
-and drops `correct`). Labels in `parts` cut a quantity into parts (accuracy on long answers,
-mismatches of seeded repeats); a `ratio` may say what 0/0 means for it (`when_stopped`: no
-prompt token looked up is a hit rate of 0, the cache is off).
+and its complement, so accuracy 1.0 -> 0.89 and error 0 -> 0.11 are the same change. A `Series`
+names a metric and, where one metric counts several things, the label values its selector must
+keep and drop (`result="wrong"` keeps `wrong` and drops `correct`). Labels in `parts` cut a
+quantity into parts (accuracy on long answers, mismatches of seeded repeats); a ratio may say
+what 0/0 means for it (`when_stopped`: no prompt token looked up is a hit rate of 0, the cache
+is off).
 
 This module is the one place that says it; `sandbox taxonomy --quantities` prints it.
 """
@@ -133,7 +134,9 @@ _PER_REQUEST = (m.TIME_TO_FIRST_TOKEN, m.E2E_REQUEST_LATENCY, m.REQUEST_QUEUE_TI
 _CLIENT_OK = ("status", "200")
 _ALL_CHECKS = (("result", "correct"), ("result", "wrong"))
 _ALL_REPEATS = (("result", "match"), ("result", "mismatch"))
+_RIGHT, _WRONG = (("result", "correct"),), (("result", "wrong"),)
 CHECKS, REPEATS = m.CANARY_CHECKS.query_name, m.CANARY_CONSISTENCY.query_name
+_USED, _CAPACITY = m.DEVICE_MEMORY_USED.query_name, m.DEVICE_MEMORY_CAPACITY.query_name
 
 QUANTITIES: tuple[Quantity, ...] = (
     Quantity("request-rate", "Requests per second. No exported counter counts arrivals apart: each counts requests as "
@@ -188,9 +191,8 @@ QUANTITIES: tuple[Quantity, ...] = (
              "activations use.", singles=(_gauge(m.DEVICE_MEMORY_USED, polarity=-1),),
              ratios=(Ratio(Series(m.DEVICE_MEMORY_USED.query_name), Series(m.DEVICE_MEMORY_CAPACITY.query_name),
                            polarity=-1, form="share used", share=True),),
-             differences=(Difference(Series(m.DEVICE_MEMORY_CAPACITY.query_name), Series(m.DEVICE_MEMORY_USED.query_name)),
-                          Difference(Series(m.DEVICE_MEMORY_USED.query_name), Series(m.DEVICE_MEMORY_CAPACITY.query_name),
-                                     polarity=-1))),
+             differences=(Difference(Series(_CAPACITY), Series(_USED)),
+                          Difference(Series(_USED), Series(_CAPACITY), polarity=-1))),
     Quantity("cpu-throttling", "Time a replica's threads are held off the CPU by its cgroup quota.",
              singles=(_rate(m.REPLICA_CPU_THROTTLED),),
              ratios=(Ratio(Series(m.REPLICA_CPU_PERIODS_THROTTLED.query_name),
@@ -201,10 +203,9 @@ QUANTITIES: tuple[Quantity, ...] = (
     Quantity("requests-in-flight", "Requests the clients sent and have no answer to yet.",
              singles=(_gauge(m.CLIENT_IN_FLIGHT),)),
     Quantity("task-accuracy", "Share of canary task prompts answered right, by task and answer length.",
-             ratios=(Ratio(Series(CHECKS, (("result", "correct"),), (("result", "wrong"),)), Series(CHECKS, _ALL_CHECKS),
-                           form="share right", share=True),
-                     Ratio(Series(CHECKS, (("result", "wrong"),), (("result", "correct"),)), Series(CHECKS, _ALL_CHECKS),
-                           polarity=-1, form="share wrong", share=True)),
+             ratios=(Ratio(Series(CHECKS, _RIGHT, _WRONG), Series(CHECKS, _ALL_CHECKS), form="share right", share=True),
+                     Ratio(Series(CHECKS, _WRONG, _RIGHT), Series(CHECKS, _ALL_CHECKS), polarity=-1, form="share wrong",
+                           share=True)),
              parts=("task", "length")),
     Quantity("output-mismatch", "Share of repeated canary prompts whose output differs from the first answer, by "
              "sampling mode (greedy, seeded) and load (alone, burst).",

@@ -23,13 +23,26 @@ Filters (`and`, `unless`, comparisons) read their left side only; `or` reads bot
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import promql_parser as pp
 
 from incidents.promql import children, parse, selector_name
-from incidents.quantities import QUANTITIES, Quantity, Series, per_labels, side
+from incidents.quantities import QUANTITIES, per_labels
+from incidents.terms import (  # noqa: F401 - Reading is re-exported: what readings() returns
+    Reading,
+    Term,
+    difference,
+    flip,
+    gap,
+    how,
+    keeps,
+    ratio,
+    read,
+    resolved,
+    single,
+    spread,
+)
 
 _RATE = {"rate", "irate", "increase", "delta", "idelta", "deriv"}
 _NOTHING = {"absent", "absent_over_time", "vector", "time", "count_over_time", "changes", "resets", "timestamp"}
@@ -38,175 +51,15 @@ _POOL = {"sum", "avg", "stddev", "stdvar", "quantile", "group"}
 _KEEP_LABELS = {"topk", "bottomk", "limitk", "limit_ratio"}
 
 
-@dataclass(frozen=True)
-class Reading:
-    quantity: str
-    part: tuple[tuple[str, str], ...]  # the slice it reads: (("length", "long"),); () for the whole
-    scope: str  # fleet | replica-max | replica-min | replica-spread | by-replica | task-... (see above)
-    polarity: int
-    form: str  # p99 | mean | ratio | rate | gauge | difference | share wrong | ...
-    metrics: tuple[str, ...]
-    side: str  # server | client
-    stopped: tuple[str, str, float, str] | None = None  # (ratio text, denominator text, value, meaning) for 0/0
-    share: bool = False  # a part over its whole, in [0, 1]
-
-    def describe(self) -> str:
-        part = "".join(f" ({k} {v})" for k, v in self.part)
-        where = "" if self.scope == "fleet" else f", {self.scope}"
-        turned = ", turned (falls as it rises)" if self.polarity < 0 else ""
-        return f"{self.quantity}{part} as {self.form} at the {self.side}{where}{turned}"
-
-
-@dataclass
-class _Term:
-    metric: str | None  # raw: the selector's metric; None once it is a reading
-    matchers: tuple = ()
-    reading: Reading | None = None
-    base_polarity: int = 1  # the measure's own (a reading's), 1 while raw
-    polarity: int = 1  # what arithmetic above it did
-    kept: tuple[str, frozenset] = ("all-but", frozenset())  # ("only", labels) or ("all-but", labels)
-    collapsed: dict = field(default_factory=dict)  # per-label -> min | max | pooled, relative to the value then
-    rated: bool = False
-
-
-def _keeps(kept: tuple[str, frozenset], label: str) -> bool:
-    how, labels = kept
-    return label in labels if how == "only" else label not in labels
-
-
-def _flip(terms: list[_Term]) -> list[_Term]:
-    return [replace(t, polarity=-t.polarity, collapsed=dict(t.collapsed)) for t in terms]
-
-
-# -- matching series against a quantity's measures -----------------------------------------------
-def _accepts(matchers, label: str, value: str) -> bool:
-    for mt in matchers:
-        if mt.name != label:
-            continue
-        op = str(mt.op)
-        if op == "MatchOp.Equal" and value != mt.value or op == "MatchOp.NotEqual" and value == mt.value:
-            return False
-        if op.startswith("MatchOp.Re") and not _full(mt.value, value):
-            return False
-        if op.startswith("MatchOp.NotRe") and _full(mt.value, value):
-            return False
-    return True
-
-
-def _full(pattern: str, value: str) -> bool:
-    try:
-        return re.fullmatch(pattern, value) is not None
-    except re.error:  # an RE2 form Python lacks: say it does not match rather than guess
-        return False
-
-
-def _matches(term: _Term, series: Series) -> bool:
-    return (term.metric == series.metric
-            and all(_accepts(term.matchers, k, v) for k, v in series.keep)
-            and not any(_accepts(term.matchers, k, v) for k, v in series.drop))
-
-
-def _part(q: Quantity, matchers) -> tuple[tuple[str, str], ...]:
-    out = []
-    for mt in matchers:
-        if mt.name in q.parts:
-            op = str(mt.op)
-            out.append((mt.name, mt.value if op == "MatchOp.Equal" else f"{op.removeprefix('MatchOp.')} {mt.value}"))
-    return tuple(sorted(out))
-
-
-def _read(term: _Term, q: Quantity, polarity: int, form: str, metrics: tuple[str, ...], stopped=None,
-          share: bool = False) -> _Term:
-    r = Reading(q.id, _part(q, term.matchers), "fleet", 1, form, metrics, side(metrics[0]), stopped, share)
-    return replace(term, metric=None, reading=r, base_polarity=polarity, collapsed=dict(term.collapsed))
-
-
-def _ratio(num: _Term, den: _Term, node) -> _Term | None:
-    if num.metric is None or den.metric is None:
-        return None
-    for q in QUANTITIES:
-        for ratio in q.all_ratios():
-            if _matches(num, ratio.numerator) and _matches(den, ratio.denominator):
-                stopped = None
-                if ratio.when_stopped is not None:
-                    stopped = (str(node), str(node.rhs), ratio.when_stopped, ratio.stopped_means)
-                return _read(num, q, ratio.polarity, ratio.form, (num.metric, den.metric), stopped, ratio.share)
-    return None
-
-
-def _difference(lhs: _Term, rhs: _Term) -> _Term | None:
-    if lhs.metric is None or rhs.metric is None:
-        return None
-    for q in QUANTITIES:
-        for d in q.differences:
-            if _matches(lhs, d.lhs) and _matches(rhs, d.rhs):
-                return _read(lhs, q, d.polarity, "difference", (lhs.metric, rhs.metric))
-    return None
-
-
-def _single(term: _Term) -> _Term | None:
-    for q in QUANTITIES:
-        for s in q.singles:
-            if _matches(term, s.series):
-                form = "rate" if s.kind == "rate" and term.rated else "counter" if s.kind == "rate" else "gauge"
-                return _read(term, q, s.polarity, form, (term.metric,))
-    return None
-
-
-def _resolved(term: _Term) -> _Term | None:
-    return term if term.metric is None else _single(term)
-
-
-def _spread(lhs: list[_Term], rhs: list[_Term]) -> _Term | None:
-    """max(x per replica) / min(x per replica), or minus: how far one replica is from the rest."""
-    if len(lhs) != 1 or len(rhs) != 1:
-        return None
-    a, b = _resolved(lhs[0]), _resolved(rhs[0])
-    if a is None or b is None or (a.reading.quantity, a.reading.part) != (b.reading.quantity, b.reading.part):
-        return None
-    for label in per_labels(a.reading.metrics[0]):
-        if _how(a, label) == "max" and _how(b, label) == "min":
-            return replace(a, collapsed={**a.collapsed, label: ("spread", 1)}, polarity=1, base_polarity=1)
-    return None
-
-
-def _gap(lhs: list[_Term], rhs: list[_Term]) -> _Term | None:
-    """One part of a quantity over (or minus) another: long answers' error minus short answers'. A gap is
-    its own reading, scoped `gap LABEL a-b`: nothing said of the whole or of either part speaks for it."""
-    if len(lhs) != 1 or len(rhs) != 1:
-        return None
-    a, b = _resolved(lhs[0]), _resolved(rhs[0])
-    if a is None or b is None or a.reading.quantity != b.reading.quantity or a.kept != b.kept:
-        return None
-    pa, pb = dict(a.reading.part), dict(b.reading.part)
-    differ = sorted(k for k in set(pa) | set(pb) if pa.get(k) != pb.get(k))
-    if len(differ) != 1 or differ[0] not in pa or differ[0] not in pb:
-        return None
-    label = differ[0]
-    common = tuple((k, v) for k, v in a.reading.part if k != label)
-    r = replace(a.reading, part=common, form=f"gap of {a.reading.form}")
-    return replace(a, reading=r, collapsed={**a.collapsed, "gap": (f"gap {label} {pa[label]}-{pb[label]}", 1)})
-
-
-def _how(term: _Term, label: str) -> str | None:
-    """min | max | pooled | spread: what was done to `label`, relative to the quantity (a min of a turned value is a max)."""
-    if label not in term.collapsed:
-        return None
-    how, sign = term.collapsed[label]
-    if how in ("min", "max") and sign * term.base_polarity < 0:
-        return "max" if how == "min" else "min"
-    return how
-
-
 # -- the walk ---------------------------------------------------------------------------------
-def _walk(node) -> list[_Term]:
+def _walk(node) -> list[Term]:
     if isinstance(node, pp.VectorSelector):
         name = selector_name(node)
-        return [_Term(name, tuple(node.matchers.matchers))] if name else []
+        return [Term(name, tuple(node.matchers.matchers))] if name else []
     if isinstance(node, (pp.NumberLiteral, pp.StringLiteral)):
         return []
     if isinstance(node, pp.UnaryExpr):
-        return _flip(_walk(node.expr))
+        return flip(_walk(node.expr))
     if isinstance(node, pp.Call):
         return _call(node)
     if isinstance(node, pp.AggregateExpr):
@@ -216,7 +69,7 @@ def _walk(node) -> list[_Term]:
     return [t for child in children(node) for t in _walk(child)]  # parentheses, ranges, subqueries
 
 
-def _call(node) -> list[_Term]:
+def _call(node) -> list[Term]:
     name = node.func.name
     if name in _NOTHING:
         return []
@@ -227,19 +80,20 @@ def _call(node) -> list[_Term]:
         out = []
         for t in _walk(node.args[1]):
             family = (t.metric or "").removesuffix("_bucket")
-            q = next((q for q in QUANTITIES if t.metric and t.metric.endswith("_bucket") and family in q.histograms), None)
+            bucket = bool(t.metric) and t.metric.endswith("_bucket")
+            q = next((q for q in QUANTITIES if bucket and family in q.histograms), None)
             if q is None:
                 out.append(t)
                 continue
             form = f"p{phi * 100:g}" if phi is not None else "quantile"
             how, labels = t.kept
             kept = (how, labels - {"le"}) if how == "only" else (how, labels | {"le"})
-            out.append(replace(_read(t, q, 1, form, (t.metric,)), kept=kept))
+            out.append(replace(read(t, q, 1, form, (t.metric,)), kept=kept))
         return out
     return [t for arg in node.args for t in _walk(arg)]  # *_over_time, clamp, label_replace...: the same value
 
 
-def _aggregate(node) -> list[_Term]:
+def _aggregate(node) -> list[Term]:
     op = str(node.op)
     terms = _walk(node.expr)
     if op in _KEEP_LABELS:
@@ -248,17 +102,17 @@ def _aggregate(node) -> list[_Term]:
         counted = []
         for t in terms:
             metric = t.metric or t.reading.metrics[0]
-            if "replica" in per_labels(metric) and _keeps(t.kept, "replica"):
+            if "replica" in per_labels(metric) and keeps(t.kept, "replica"):
                 q = next(q for q in QUANTITIES if q.id == "replicas-serving")
                 r = Reading(q.id, (), "fleet", 1, "count", (metric,), "server")
-                counted.append(_Term(None, reading=r, kept=_kept_after(node, t.kept)))
+                counted.append(Term(None, reading=r, kept=_kept_after(node, t.kept)))
         return counted
     out = []
     for t in terms:
         kept = _kept_after(node, t.kept)
         collapsed = dict(t.collapsed)
         for label in ("replica", "task"):
-            if label not in collapsed and _keeps(t.kept, label) and not _keeps(kept, label):
+            if label not in collapsed and keeps(t.kept, label) and not keeps(kept, label):
                 collapsed[label] = (op if op in ("min", "max") else "pooled", t.polarity)
         out.append(replace(t, kept=kept, collapsed=collapsed))
     return out
@@ -275,7 +129,7 @@ def _kept_after(node, kept: tuple[str, frozenset]) -> tuple[str, frozenset]:
     return (how, old - labels) if how == "only" else (how, old | labels)
 
 
-def _binary(node) -> list[_Term]:
+def _binary(node) -> list[Term]:
     op = str(node.op)
     lhs, rhs = _walk(node.lhs), _walk(node.rhs)
     if op in ("and", "unless"):
@@ -285,28 +139,28 @@ def _binary(node) -> list[_Term]:
     if op in _COMPARE:
         return lhs or rhs
     if op == "/":
-        if len(lhs) == 1 and len(rhs) == 1 and (ratio := _ratio(lhs[0], rhs[0], node)) is not None:
-            return [ratio]
-        if (spread := _spread(lhs, rhs) or _gap(lhs, rhs)) is not None:
-            return [spread]
-        return lhs + _flip(rhs)
+        if len(lhs) == 1 and len(rhs) == 1 and (found := ratio(lhs[0], rhs[0], node)) is not None:
+            return [found]
+        if (found := spread(lhs, rhs) or gap(lhs, rhs)) is not None:
+            return [found]
+        return lhs + flip(rhs)
     if op == "-":
-        if len(lhs) == 1 and len(rhs) == 1 and (diff := _difference(lhs[0], rhs[0])) is not None:
+        if len(lhs) == 1 and len(rhs) == 1 and (diff := difference(lhs[0], rhs[0])) is not None:
             return [diff]
-        if (spread := _spread(lhs, rhs) or _gap(lhs, rhs)) is not None:
-            return [spread]
-        return lhs + _flip(rhs)
+        if (found := spread(lhs, rhs) or gap(lhs, rhs)) is not None:
+            return [found]
+        return lhs + flip(rhs)
     return lhs + rhs
 
 
-def _scope(t: _Term) -> str:
+def _scope(t: Term) -> str:
     if "gap" in t.collapsed:
         return t.collapsed["gap"][0]
     for label in per_labels(t.reading.metrics[0]):
-        how = _how(t, label)
-        if how in ("min", "max", "spread"):
-            return f"{label}-{how}"
-        if how is None and _keeps(t.kept, label):
+        done = how(t, label)
+        if done in ("min", "max", "spread"):
+            return f"{label}-{done}"
+        if done is None and keeps(t.kept, label):
             return f"by-{label}"
     return "fleet"
 
@@ -315,7 +169,7 @@ def readings(expr: str) -> list[Reading]:
     """What `expr` reads, in order of appearance; ValueError (naming the query) when it does not parse."""
     out = []
     for t in _walk(parse(expr)):
-        t = _resolved(t)
+        t = resolved(t)
         if t is None:
             continue
         r = replace(t.reading, scope=_scope(t), polarity=t.base_polarity * t.polarity)
@@ -327,4 +181,4 @@ def readings(expr: str) -> list[Reading]:
 def unread_metrics(expr: str) -> list[str]:
     """Metrics `expr` selects that no quantity of the vocabulary covers (a report says so)."""
     known = {name for r in readings(expr) for name in r.metrics}
-    return [t.metric for t in _walk(parse(expr)) if t.metric and t.metric not in known and _single(t) is None]
+    return [t.metric for t in _walk(parse(expr)) if t.metric and t.metric not in known and single(t) is None]

@@ -151,7 +151,8 @@ MECHANISMS: dict[str, tuple[Move, ...]] = {
     "kv-block-leak": _moves(kv_usage="up", device_memory_headroom="flat"),
     "max-num-seqs-too-high": _moves(running_requests="up", errors="up"),
     "batch-variant-numerics": (Move("output-mismatch", "up", part=_GREEDY),),
-    "sampler-seed-ignored": (Move("output-mismatch", "up", part=_SEEDED), Move("output-mismatch", "flat", part=_GREEDY)),
+    "sampler-seed-ignored": (Move("output-mismatch", "up", part=_SEEDED),
+                             Move("output-mismatch", "flat", part=_GREEDY)),
     "replica-numerics-mismatch": (Move("output-mismatch", "up", "replica", _GREEDY),),
     "cpu-throttled-replica": _moves("replica", cpu_throttling="up", time_between_tokens="up", time_to_first_token="up")
     + _moves(preemptions="flat"),

@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(tx.as_dict())
             return
-        for title, terms in (("Root causes", tx.ROOT_CAUSES), ("Components (location.component, or null)", tx.COMPONENTS),
+        for title, terms in (("Root causes", tx.ROOT_CAUSES),
+                             ("Components (location.component, or null)", tx.COMPONENTS),
                              ("Remediations", tx.REMEDIATIONS)):
             console.print(f"[bold]{title}[/bold]")
             for t in terms:

@@ -28,7 +28,8 @@ def one(expr: str) -> tuple:
      ("prefill-time", (), "fleet", 1, "p50", "server")),
     ("sum(rate(vllm:request_prefill_time_seconds_sum[1m])) / sum(rate(vllm:request_prefill_time_seconds_count[1m]))",
      ("prefill-time", (), "fleet", 1, "mean", "server")),
-    ("rate(vllm:request_prefill_time_seconds_bucket{le=\"0.5\"}[1m]) / rate(vllm:request_prefill_time_seconds_count[1m])",
+    ('rate(vllm:request_prefill_time_seconds_bucket{le="0.5"}[1m]) / '
+     "rate(vllm:request_prefill_time_seconds_count[1m])",
      ("prefill-time", (), "by-replica", -1, "share under a bound", "server")),
     # per replica, the worst and best replica, the spread between them
     (f"sum by (replica) (rate({HITS}[1m])) / sum by (replica) (rate({QUERIES}[1m]))",
