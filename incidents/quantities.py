@@ -243,6 +243,12 @@ def _spec_labels() -> dict[str, tuple[str, ...]]:
 
 _LABELS = _spec_labels()
 PER_LABELS = ("replica", "task")  # what a quantity can be read per: the grader's scopes
+EACH = "each"  # a part label a query is still split by: every value of it, one series each
+
+
+def labels_of(metric: str) -> tuple[str, ...]:
+    """The labels the sandbox exports `metric` with (beyond Prometheus' own); () for a metric it does not declare."""
+    return _LABELS.get(metric, ())
 
 
 def per_labels(metric: str) -> tuple[str, ...]:

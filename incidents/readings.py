@@ -16,6 +16,8 @@ can be read per (`replica`, `task`):
     gap L a-b        one part over (or minus) another: long answers' error minus short answers'
     by-replica       still one series per replica: the grader reads the one that moved
 
+A query still split by a part label (`sum by (mode)`) reads each part: its part says `mode each`.
+
 Polarity follows the arithmetic: `1 - x`, `-x` and a denominator turn it (-1: the query falls
 as the quantity rises), and a min taken over something turned is a max of the quantity.
 Filters (`and`, `unless`, comparisons) read their left side only; `or` reads both; `absent`,
@@ -28,7 +30,7 @@ from dataclasses import replace
 import promql_parser as pp
 
 from incidents.promql import children, parse, selector_name
-from incidents.quantities import QUANTITIES, per_labels
+from incidents.quantities import BY_ID, EACH, PER_LABELS, QUANTITIES, labels_of, per_labels
 from incidents.terms import (  # noqa: F401 - Reading is re-exported: what readings() returns
     Reading,
     Term,
@@ -165,6 +167,15 @@ def _scope(t: Term) -> str:
     return "fleet"
 
 
+def _each_part(t: Term) -> tuple[tuple[str, str], ...]:
+    """Its part, with `each` for a part label it is still split by: `sum by (mode)` shows the greedy row too."""
+    q = BY_ID[t.reading.quantity]
+    named = dict(t.reading.part)
+    each = [(label, EACH) for label in q.parts if label not in named and label not in PER_LABELS
+            and label in labels_of(t.reading.metrics[0]) and keeps(t.kept, label)]
+    return tuple(sorted(t.reading.part + tuple(each)))
+
+
 def readings(expr: str) -> list[Reading]:
     """What `expr` reads, in order of appearance; ValueError (naming the query) when it does not parse."""
     out = []
@@ -172,7 +183,7 @@ def readings(expr: str) -> list[Reading]:
         t = resolved(t)
         if t is None:
             continue
-        r = replace(t.reading, scope=_scope(t), polarity=t.base_polarity * t.polarity)
+        r = replace(t.reading, scope=_scope(t), polarity=t.base_polarity * t.polarity, part=_each_part(t))
         if r not in out:
             out.append(r)
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from incidents.quantities import EACH
 from incidents.readings import Reading, readings
 from incidents.taxonomy import MECHANISMS, Move
 
@@ -81,6 +82,22 @@ class Signature:
             return Expected(hi.direction, "max" if r.polarity > 0 else "min", hi.key, hi.source)
         return None if lo is None else Expected(lo.direction, "min" if r.polarity > 0 else "max", lo.key, lo.source)
 
+    def expectations(self, r: Reading) -> list[Expected]:
+        """Every way `r` can be read against this signature: a per-replica table shows both its largest
+        and its smallest replica (one replica apart from the rest differs from all of them at the smallest)."""
+        first = self.expected(r)
+        if not r.scope.startswith("by-"):
+            return [first] if first else []
+        label = r.scope.removeprefix("by-")
+        out = [first] if first else []
+        for extreme, reduce in (("max", "max"), ("min", "min")):
+            e = self.lookup(r.quantity, r.part, f"{label}-{extreme}")
+            if r.polarity < 0:
+                reduce = "min" if reduce == "max" else "max"
+            if e is not None and all(x.key != e.key for x in out):
+                out.append(Expected(e.direction, reduce, e.key, e.source))
+        return out
+
     def at(self, key: Key) -> str | None:
         e = self.lookup(*key)
         return None if e is None else e.direction
@@ -89,8 +106,12 @@ class Signature:
 def covers(part, within) -> bool:
     """Does what is said of `part` speak for a reading of `within`? Of a slice, for narrower slices of it
     (greedy repeats, for greedy repeats in bursts); of the whole, for the whole only (that accuracy
-    fell says nothing of accuracy on long answers)."""
-    return tuple(part) == tuple(within) or bool(part) and set(part) <= set(within)
+    fell says nothing of accuracy on long answers). A reading split by the label (`mode each`) shows
+every value of it, so it holds the slice."""
+    if tuple(part) == tuple(within):
+        return True
+    split = dict(within)
+    return bool(part) and all(split.get(k) in (v, EACH) for k, v in part)
 
 
 def expand(move: Move) -> dict[Key, str]:

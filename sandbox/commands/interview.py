@@ -46,6 +46,21 @@ def series_names(labelsets: list[dict], wide: bool = False) -> list[str]:
     return [",".join(f"{k}={s[k]}" for k in shown if k in s) or "-" for s in sets]
 
 
+def series_rows(rows: list[dict], wide: bool = False) -> list[dict]:
+    """One row per series of a range query: its name, labels, last/min/max over the points that have a
+    value (a ratio is NaN where it was 0/0) and a sparkline."""
+    from sandbox.grading.evidence import sparkline
+
+    out = []
+    for r, name in zip(rows, series_names([r["metric"] for r in rows], wide)):
+        vals = [float(v) for _, v in r["values"]]
+        seen = [v for v in vals if math.isfinite(v)]
+        out.append({"series": name, "labels": {k: v for k, v in r["metric"].items() if k != "__name__"},
+                    "last": seen[-1] if seen else None, "min": min(seen) if seen else None,
+                    "max": max(seen) if seen else None, "plot": sparkline(vals)})
+    return out
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def interview(
@@ -98,7 +113,7 @@ def register(app: typer.Typer) -> None:
         A series is named by the labels that differ between the series of its query (all of them
         with --wide or --json); last, min and max skip the points with no value (0/0)."""
         from sandbox.commands.replay import active_replay
-        from sandbox.grading.evidence import CATALOGUE, piece, sparkline
+        from sandbox.grading.evidence import CATALOGUE, piece
         from services.stack.prometheus import PrometheusClient, PrometheusError
 
         if list_all:
@@ -129,14 +144,7 @@ def register(app: typer.Typer) -> None:
         try:
             for label, expr in p.queries:
                 rows = client.query_range(expr, end - WINDOW_S, end, 5.0)
-                series = []
-                for r, name in zip(rows, series_names([r["metric"] for r in rows], wide or as_json)):
-                    vals = [float(v) for _, v in r["values"]]
-                    seen = [v for v in vals if math.isfinite(v)]
-                    series.append({"series": name, "labels": {k: v for k, v in r["metric"].items() if k != "__name__"},
-                                   "last": seen[-1] if seen else None, "min": min(seen) if seen else None,
-                                   "max": max(seen) if seen else None, "plot": sparkline(vals)})
-                out["queries"].append({"label": label, "query": expr, "series": series})
+                out["queries"].append({"label": label, "query": expr, "series": series_rows(rows, wide or as_json)})
         except PrometheusError as e:
             fail(str(e))
         finally:

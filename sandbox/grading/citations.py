@@ -119,25 +119,29 @@ class Citations:
             detail["why"] = _COMPOSITE.format(", ".join(sorted({r.quantity for r in found})))
             return detail
         for r in found:
-            exp = self.truth.expected(r)
-            theirs = alt.at(exp.key) if exp is not None and alt is not None else None
-            if exp is None or theirs is None:
+            expectations = self.truth.expectations(r)
+            if not expectations or alt is None:
                 reasons.append(f"{r.quantity}: no expectation to set against {cause}'s")
                 continue
-            if theirs == exp.direction:
-                reasons.append(f"{r.quantity}: {cause} would leave it {exp.direction} too, so it cannot rule it out")
-                continue
-            lk = self.look(query, r, exp.reduce)
-            got = lk.of_quantity(r.polarity)
-            if got != exp.direction:
-                reasons.append(f"{r.quantity}: {cause} would {_would(theirs)}, but the recording shows {_shown(got)}, "
-                               f"not what separates them")
-                continue
-            detail.update(self._figures(r, exp, lk), separates=True, separated_by=r.quantity,
-                          why=f"{cause} would {_would(theirs, r.quantity)}; the recording shows "
-                              f"{_shown(got)}")
-            return detail
-        detail["why"] = "; ".join(reasons) if reasons else "reads no quantity the grader knows"
+            for exp in expectations:
+                theirs = alt.at(exp.key)
+                if theirs is None:
+                    reasons.append(f"{r.quantity}: no expectation to set against {cause}'s")
+                    continue
+                if theirs == exp.direction:
+                    reasons.append(f"{r.quantity}: {cause} would leave it {exp.direction} too, "
+                                   "so it cannot rule it out")
+                    continue
+                lk = self.look(query, r, exp.reduce)
+                got = lk.of_quantity(r.polarity)
+                if got != exp.direction:
+                    reasons.append(f"{r.quantity}: {cause} would {_would(theirs)}, but the recording shows "
+                                   f"{_shown(got)}, not what separates them")
+                    continue
+                detail.update(self._figures(r, exp, lk), separates=True, separated_by=r.quantity,
+                              why=f"{cause} would {_would(theirs, r.quantity)}; the recording shows {_shown(got)}")
+                return detail
+        detail["why"] = "; ".join(dict.fromkeys(reasons)) if reasons else "reads no quantity the grader knows"
         return detail
 
     def strongest_sibling(self) -> tuple[str | None, list[str]]:
@@ -161,8 +165,7 @@ class Citations:
         alt = self.alternative(cause)
         out = []
         for r in readings(query):
-            exp = self.truth.expected(r)
-            if exp is not None and alt is not None and alt.at(exp.key) not in (None, exp.direction):
+            if alt is not None and any(alt.at(e.key) not in (None, e.direction) for e in self.truth.expectations(r)):
                 out.append(r.quantity)
         return out
 

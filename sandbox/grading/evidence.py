@@ -84,6 +84,10 @@ CATALOGUE: tuple[Piece, ...] = (
         ("error by length", 'sum by (length) (rate(sandbox_canary_checks_total{result="wrong"}[1m])) / sum by (length) (rate(sandbox_canary_checks_total[1m]))'),
         ("mismatch by mode", 'sum by (mode) (rate(sandbox_canary_consistency_checks_total{result="mismatch"}[1m])) / sum by (mode) (rate(sandbox_canary_consistency_checks_total[1m]))'),
         ("mismatch by replica", 'sum by (replica) (rate(sandbox_canary_consistency_checks_total{result="mismatch"}[1m])) / sum by (replica) (rate(sandbox_canary_consistency_checks_total[1m]))'),
+        # greedy repeats alone: the ones every numerics fault changes, per replica (one replica, or all of them)
+        ("greedy mismatch by replica", 'sum by (replica) (rate(sandbox_canary_consistency_checks_total'
+                                       '{mode="greedy",result="mismatch"}[1m])) / sum by (replica) '
+                                       '(rate(sandbox_canary_consistency_checks_total{mode="greedy"}[1m]))'),
     )),
     Piece("engine-config", "engine settings by replica and version (vllm:cache_config_info)", (
         ("config", "max by (replica, version, enable_prefix_caching, gpu_memory_utilization, max_num_seqs, "

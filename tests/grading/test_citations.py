@@ -149,3 +149,32 @@ def test_the_same_diagnosis_grades_to_the_same_report(prefix_off):
     first = json.dumps(prefix_off.grade(d).to_dict(), sort_keys=True)
     prefix_off.cite._looks.clear()  # measured again, not remembered
     assert json.dumps(prefix_off.grade(d).to_dict(), sort_keys=True) == first
+
+
+@pytest.fixture(scope="module")
+def one_replica(catalogue):
+    yield from _served("20261130-113945-flaky-outputs", catalogue)
+
+
+def _discipline(grader, run: str, cause: str, asked: list[str]) -> dict[str, tuple[int, str]]:
+    report = grader.grade(diagnosis(run, cause), asks=[{"time": i, "evidence": a} for i, a in enumerate(asked)])
+    return {c.name: (c.points, c.sentence) for c in report.criteria[-3:]}
+
+
+def test_an_interview_of_a_symptom_other_than_latency_credits_looking_at_the_paged_signal(one_replica):
+    run = "20261130-113945-flaky-outputs"
+    first, separating, _ = _discipline(one_replica, run, "replica-numerics-mismatch", ["canary"]).values()
+    assert first == (8, "looked at the paged signal itself before concluding")
+    # greedy mismatch by replica: its best replica stays clean when one replica differs, not when all do
+    assert separating == (8, "asked for what separates the top two causes (canary)")
+    first, separating, _ = _discipline(one_replica, run, "replica-numerics-mismatch", ["load"]).values()
+    assert first == (0, "did not look at the paged signal itself before concluding")
+    assert separating == (0, "never asked for what separates the top two causes (this cause and "
+                             "batch-variant-numerics)")
+
+
+def test_an_interview_of_latency_credits_splitting_it_first(surge):
+    first, separating, asks = _discipline(surge, SURGE, "capacity-exceeded", ["ttft-split", "load"]).values()
+    assert first == (8, "split latency into its phases (queue, prefill, decode; by replica or version) "
+                        "before concluding")
+    assert separating == (8, "a single-cause incident: nothing to separate") and asks[0] == 4

@@ -111,3 +111,40 @@ def test_taxonomy_json_lists_root_causes_and_remediations():
     data = json.loads(result.stdout)
     assert "no-fault" in [t["id"] for t in data["root_causes"]]
     assert "scale-out" in [t["id"] for t in data["remediations"]]
+
+
+def test_a_component_is_an_id_from_the_closed_list_in_any_case_or_spacing():
+    assert parse_diagnosis(GOOD.replace("component: weights", "component: Weights")).location.component == "weights"
+    assert parse_diagnosis(GOOD.replace("component: weights", "component: KV cache")).location.component == "kv-cache"
+    (line, field, message), = problems(GOOD.replace("component: weights", "component: the weight files"))
+    assert (line, field) == (3, "location.component")
+    assert message.startswith("unknown component 'the weight files'") and "the components are prefix-cache" in message
+
+
+def test_the_schema_offers_the_components_and_null():
+    from incidents import taxonomy
+
+    enum = json_schema()["properties"]["location"]["properties"]["component"]["enum"]
+    assert enum == [c.id for c in taxonomy.COMPONENTS] + [None]
+
+
+def test_malformed_promql_is_refused_naming_the_query_with_exit_2(tmp_path):
+    bad = GOOD.replace('rate(sandbox_canary_checks_total{result="correct"}[1m])', "rate(sandbox_canary_checks_total[1q])")
+    path = tmp_path / "d.yaml"
+    path.write_text(bad)
+    result = CliRunner().invoke(app, ["diagnose", "--check", str(path)])
+    assert result.exit_code == 2
+    assert "evidence[0].query: PromQL does not parse" in result.output
+    assert "rate(sandbox_canary_checks_total[1q])" in result.output
+    graded = CliRunner().invoke(app, ["grade", str(tmp_path), "--diagnosis", str(path)])
+    assert graded.exit_code == 2 and "rate(sandbox_canary_checks_total[1q])" in graded.output
+
+
+def test_taxonomy_lists_the_components_and_the_quantities():
+    listed = CliRunner().invoke(app, ["taxonomy"])
+    assert "Components (location.component, or null)" in listed.output and "prefix-cache" in listed.output
+    data = json.loads(CliRunner().invoke(app, ["taxonomy", "--json"]).stdout)
+    assert {"id": "capacity", "description": data["components"][-1]["description"], "in_stack": False} == \
+        data["components"][-1]
+    quantities = json.loads(CliRunner().invoke(app, ["taxonomy", "--quantities", "--json"]).stdout)
+    assert quantities[0]["id"] == "request-rate" and "prefix-cache-hit-rate" in [q["id"] for q in quantities]

@@ -34,4 +34,5 @@ def test_prompts_build_a_valid_diagnosis_and_reject_a_query_that_does_not_parse(
     assert parsed.root_cause == "prefix-caching-disabled" and parsed.location.replica is None
     assert len(parsed.evidence) == 1 and parsed.hypotheses[0].root_cause == "prompt-length-shift"
     assert seen[0][1] and "no-fault" in seen[0][1]  # the taxonomy is offered as the choices
+    assert "kv-cache" in next(choices for label, choices in seen if label == "location: component")
     assert sum(1 for label, _ in seen if label.startswith("evidence query")) == 3  # asked again after the bad one
