@@ -161,14 +161,15 @@ def _grade(cfg, recorded, run: Path, diagnosis, debrief_home: Path | None, debri
     from services.stack.prometheus import PrometheusError
 
     try:
-        incident = load_catalogue(cfg.incidents)[recorded.incident_id]
+        catalogue = load_catalogue(cfg.incidents)
+        incident = catalogue[recorded.incident_id]
     except (IncidentError, KeyError) as e:
         fail(f"the run's incident {recorded.incident_id!r} cannot be loaded: {e}")
     try:
         with RecordedPrometheus(run / "prometheus") as prom:
             windows = recorded.windows()
             report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], windows,
-                            prom).grade(diagnosis)
+                            prom, catalogue).grade(diagnosis)
             path = None
             if debrief:
                 from sandbox.grading.debrief import write_debrief

@@ -127,7 +127,8 @@ def grade_live(cfg, run_dir: Path, diagnosis, interview: bool):
     from services.stack.prometheus import PrometheusClient, PrometheusError
 
     recorded = RecordedRun(run_dir, cfg.keys_dir / f"{run_dir.name}.key", live=True)
-    incident = load_catalogue(cfg.incidents)[recorded.incident_id]
+    catalogue = load_catalogue(cfg.incidents)
+    incident = catalogue[recorded.incident_id]
     page = recorded.public.get("page") or {}
     took = time.time() - page["paged_at"] if page.get("paged_at") else None
     asks = None
@@ -137,8 +138,8 @@ def grade_live(cfg, run_dir: Path, diagnosis, interview: bool):
     prom = PrometheusClient(running_state(cfg).prometheus_url)
     try:
         windows = recorded.windows()
-        report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], windows, prom).grade(
-            diagnosis, took, asks)
+        report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], windows, prom,
+                        catalogue).grade(diagnosis, took, asks)
         debrief = write_debrief(run_dir, incident, recorded.sealed, windows, report, prom, recorded.record.events())
     except PrometheusError as e:
         fail(str(e))
