@@ -31,7 +31,7 @@ from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, write_atomic
 from sandbox.drill.settings import DrillResult, DrillSettings
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.traffic.exporter import TrafficExporter
-from services.stack.alerts import active_alerts
+from services.stack.alerts import active_alerts, longest_window_s
 from services.stack.container_node import unrunnable
 from services.stack.progress import Steps
 from services.stack.prometheus import PrometheusClient, PrometheusError
@@ -70,6 +70,7 @@ class Drill:
         self.t0_wall: float | None = None
         self.ctx = None  # faults.base.FaultContext, one for the whole drill
         self.calibration = None  # sandbox.calibration.capacity.Calibration, when the plan's rates need one
+        self._quiet_until = 0.0  # monotonic time before which traffic would start in a calibration's wake
 
     # -- the whole drill ---------------------------------------------------------
     def run(self) -> DrillResult:
@@ -138,6 +139,12 @@ class Drill:
         # Pushed before traffic, so traffic stops first: a revert under load (a replica rebuilt, a rollback
         # deploy) took minutes on a busy 2-core machine, and once the drill ends nobody is served anyway.
         self._revert_phase_on_close("timeline")
+        if (wait := self._quiet_until - time.monotonic()) > 0:
+            # A baseline read through windows that still hold the sweep's ceiling is not a healthy baseline
+            # (one replica's 1m TTFT p99 read 2.2 s against 0.7 s a minute later, right after a calibration).
+            with self.steps.step(f"letting the calibration's load leave the alerts' windows ({wait:.0f}s)"):
+                while (wait := self._quiet_until - time.monotonic()) > 0:
+                    time.sleep(min(wait, 0.5))
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
                                      exporter, open_ended=self.settings.open_ended).start()
         self.closers.push("traffic", self._stop_traffic)
@@ -172,9 +179,11 @@ class Drill:
             profiles |= set(knee_profiles(load_catalogue(self.cfg.incidents).values()))
         except IncidentError:
             pass  # the drill's own incident is valid; its profiles are enough
-        cal, _ = calibrate_stack(self.cfg, self.state, sorted(profiles), self.steps)
+        cal, measured = calibrate_stack(self.cfg, self.state, sorted(profiles), self.steps)
         self.plan = self.plan.resolved(cal.knees(), cal.ceilings())
         self.calibration = cal
+        if measured:  # the sweep's load is in every rate window the alerts read, until it has aged out
+            self._quiet_until = time.monotonic() + longest_window_s()
 
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
         """A reused stack may still be paging about an earlier drill: the baseline starts after it stops."""

@@ -65,6 +65,14 @@ def alert_for_seconds(name: str, paths: list[Path] | None = None) -> float:
     return float(sum(int(n) * _DURATION_S[u] for n, u in _DURATION.findall(text)))
 
 
+def longest_window_s(paths: list[Path] | None = None) -> float:
+    """The longest range over a latency histogram any rule reads (`_bucket[1m]` -> 60): how long the
+    latencies of requests from before stay in what the alerts see."""
+    ranges = [int(n) * {"s": 1, "m": 60, "h": 3600}[u] for g in _groups(paths) for r in g.get("rules", [])
+              for n, u in re.findall(r"_bucket\[(\d+)([smh])[\]:]", str(r.get("expr", "")))]
+    return float(max(ranges, default=0))
+
+
 def thresholds(paths: list[Path] | None = None) -> dict[str, float]:
     """The constants of the `thresholds` group: {recorded name: value}."""
     out = {}

@@ -200,3 +200,9 @@ def test_a_closed_loops_rate_counts_the_chunks_streamed_inside_the_window():
     # inside [2, 6]: a's 2.5, 3.5, 4.5 and b's 3.5, 4.5, 5.5 -> 6 chunks / 4 s / 5 chunks per request
     assert streamed_rate(finished, 2.0, 6.0) == pytest.approx(0.3)
     assert streamed_rate([], 2.0, 6.0) is None
+
+
+def test_a_drill_after_a_new_calibration_waits_out_the_alerts_latency_windows():
+    from services.stack.alerts import longest_window_s
+
+    assert longest_window_s() == 60.0  # the latency alerts read 1m windows of their histograms
