@@ -86,7 +86,7 @@ class Calibrator:
                                                   for name in self.profiles if name != reference}}
         finally:
             if proc is not None:
-                canary_process.halt(proc)
+                canary_process.halt(proc, Path(self.state.targets_dir))
         ref_ceiling = _point(ref_points, "ceiling")
         share = knee(ref_points, self.sweep.knee_factor) / ref_ceiling.rate
         if share < KNEE_SHARE_MIN:

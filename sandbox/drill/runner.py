@@ -132,7 +132,7 @@ class Drill:
         with self.steps.step("starting canary probers"):
             canary = canary_process.launch(self.state.api_url, self.state.model_name, self.state.targets_dir,
                                            self.record.dir / "canary.log")
-        self.closers.push("canary probers", lambda: canary_process.halt(canary))
+        self.closers.push("canary probers", lambda: canary_process.halt(canary, self.state.targets_dir))
         exporter = TrafficExporter("drill", self.cfg.host, self.cfg.traffic_port, self.state.targets_dir,
                                    linger_s=2 * self.cfg.scrape_interval_s)
         self.closers.push("traffic exporter", exporter.close)

@@ -4,6 +4,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -133,3 +134,21 @@ def test_sandbox_down_stops_a_running_canary(fake_api, tmp_path):
     finally:
         if proc.poll() is None:
             process.stop(proc)
+
+
+def test_a_canary_killed_after_its_grace_period_leaves_no_target_file(tmp_path):
+    """A prober that does not stop on SIGTERM is killed; its target file would stay, a target Prometheus
+    counts as down (a rollout waiting for every target to be scraped then waits in vain)."""
+    ready = tmp_path / "ready"
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "open(sys.argv[1], 'w').write('ignoring SIGTERM')\n"
+            "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(ready)])
+    announced = target_file(tmp_path, proc.pid)
+    announced.write_text("[]")  # as the prober writes it, named after its pid
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.halt(proc, tmp_path)
+    assert proc.returncode == -9 and not announced.exists()
