@@ -46,13 +46,13 @@ def launch(api_url: str, model: str, targets_dir: Path, log_file: Path, *args: s
                                 start_new_session=True)
 
 
-def halt(proc: subprocess.Popen, targets_dir: Path | None = None) -> None:
+def halt(proc: subprocess.Popen, targets_dir: Path | None = None, timeout_s: float = 10.0) -> None:
     """`stop`, without raising for a canary that takes more than 5 s to be reaped; with `targets_dir`, its
     target file goes too. A canary killed after its grace period leaves the file behind, and Prometheus
     then counts a target that is down: a later rollout waiting for every target to be scraped waited
     180 s and failed the drill's clean-up (tpot-regression, after a calibration's canary)."""
     with contextlib.suppress(subprocess.TimeoutExpired):
-        stop(proc)
+        stop(proc, timeout_s)
     if targets_dir is not None and proc.poll() is not None:
         target_file(targets_dir, proc.pid).unlink(missing_ok=True)
 

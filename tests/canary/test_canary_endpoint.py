@@ -150,5 +150,5 @@ def test_a_canary_killed_after_its_grace_period_leaves_no_target_file(tmp_path):
     deadline = time.monotonic() + 30
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    process.halt(proc, tmp_path)
+    process.halt(proc, tmp_path, timeout_s=0.5)
     assert proc.returncode == -9 and not announced.exists()
