@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from incidents.profiles import get_profile
 from sandbox.calibration import cache, thresholds
 from sandbox.calibration.capacity import Calibration, CalibrationError, ProfileCapacity
@@ -60,7 +62,7 @@ class Calibrator:
         self.state, self.key, self.profiles, self.sweep = state, key, sorted(profiles), sweep
         self.progress = progress or (lambda seconds, label: None)
         self.canary, self.seed = canary, seed
-        self.ceiling_ttft: list[float] = []  # pooled over every profile's ceiling phase
+        self.busy_ttft: list[float] = []  # pooled over every profile's busy phase
         self.ceiling_itl: list[float] = []
 
     def run(self) -> Calibration:
@@ -77,7 +79,7 @@ class Calibrator:
             if (why := disturbed(ref_points)) is not None:  # once more: a busy minute is not the stack's capacity
                 warnings.append(why + "; measured again")
                 self.progress(0.0, f"{reference}: disturbed, measuring again")
-                self.ceiling_ttft.clear()  # the disturbed ceiling is not the stack's
+                self.busy_ttft.clear()  # the disturbed phases are not the stack's
                 self.ceiling_itl.clear()
                 ref_points = self._measure(reference, full=True)
                 if (why := disturbed(ref_points)) is not None:
@@ -94,37 +96,46 @@ class Calibrator:
                             f"{KNEE_SHARE_MIN} (a stack that batches queues little at half of what it completes)")
         share = min(1.0, max(KNEE_SHARE_MIN, share))
         profiles = {name: ProfileCapacity(name, _point(pts, "single"), _point(pts, "ceiling"),
-                                          share * _point(pts, "ceiling").rate)
+                                          share * _point(pts, "ceiling").rate, _point(pts, "busy"))
                     for name, pts in measured.items()}
         return Calibration(self.key, time.time(), time.monotonic() - t0, reference, share, self.sweep.knee_factor,
                            profiles, tuple(p for p in ref_points if p.phase == "rate"),
                            thresholds.derive(*self.slo_basis()), tuple(warnings))
 
     def slo_basis(self) -> tuple[float, float]:
-        """The TTFT and ITL p99 over every profile's ceiling requests pooled."""
-        ttft, itl = percentile(self.ceiling_ttft, 99), percentile(self.ceiling_itl, 99)
+        """The TTFT p99 of every profile's busy requests pooled, and the ITL p99 of their ceiling requests."""
+        ttft, itl = percentile(self.busy_ttft, 99), percentile(self.ceiling_itl, 99)
         if ttft is None or itl is None:
-            raise CalibrationError("no ceiling request streamed: is the stack serving?")
+            raise CalibrationError("no busy-phase request streamed: is the stack serving?")
         return ttft, itl
 
     def _measure(self, name: str, full: bool):
         done = {"s": 0.0}
-        lengths = {"single": self.sweep.single_s, "ceiling": self.sweep.ceiling_s}
+        lengths = {"single": self.sweep.single_s, "busy": self.sweep.busy_s, "ceiling": self.sweep.ceiling_s}
 
         def step(phase: str) -> None:
             done["s"] += lengths.get(phase, self.sweep.rate_s)
             self.progress(lengths.get(phase, self.sweep.rate_s), f"{name}: {phase}")
 
         sweeper = Sweeper(self.state.api_url, self.state.model_name, self.sweep, self.seed, step,
-                          replicas=self.state.replicas or 1)
+                          replicas=self.state.replicas or 1, batch=engine_batch(self.state))
         points = sweeper.run(get_profile(name), full=full)
-        self.ceiling_ttft += sweeper.ceiling_ttft
+        self.busy_ttft += sweeper.busy_ttft
         self.ceiling_itl += sweeper.ceiling_itl
         bad = [p for p in points if p.requests == 0]
         if bad:
             raise CalibrationError(f"profile {name}: no request finished in the {bad[0].phase} phase "
                                    f"({bad[0].errors} errors): is the stack serving?")
         return points
+
+
+def engine_batch(state) -> int:
+    """The deployed engines' max_num_seqs (the serve config's, 32 if it names none): the ceiling's clients."""
+    try:
+        data = yaml.safe_load(Path(state.deployed_config).read_text())
+        return int(data["applications"][0]["args"]["engine"].get("max_num_seqs", 32))
+    except (OSError, TypeError, KeyError, IndexError, ValueError, AttributeError, yaml.YAMLError):
+        return 32
 
 
 def _point(points, phase: str):

@@ -1,12 +1,12 @@
 """What a calibration found: each profile's capacity, the knee, and the SLOs derived from them.
 
-    ProfileCapacity  one profile: its one-at-a-time and ceiling points, its knee (req/s)
+    ProfileCapacity  one profile: its one-at-a-time, busy and ceiling points, its knee (req/s)
     Calibration      every profile of the catalogue, the reference profile's latency curve,
                      the thresholds derived from them, and the key it is valid for
 
 The full sweep (one at a time, the ceiling, Poisson rates between) runs on one reference
 profile, whose knee is found as a share of its ceiling; every other profile is measured
-at its ceiling, and its knee is that same share of its own ceiling.
+busy and at its ceiling, and its knee is that same share of its own ceiling.
 The latency curve's shape (where queueing takes over, as a share of what the stack can
 complete) is a property of the stack; each profile's cost is measured. That keeps a
 calibration of the catalogue's three base profiles within 90 s on a 2-core machine.
@@ -28,6 +28,7 @@ class ProfileCapacity:
     single: SweepPoint | None  # None for a profile whose knee is scaled from the reference's
     ceiling: SweepPoint
     knee_rps: float
+    busy: SweepPoint | None = None  # 8 clients a replica: what the latency SLOs are multiples of
 
     def __post_init__(self):
         if (self.single is not None and self.single.phase != "single") or self.ceiling.phase != "ceiling":
@@ -38,13 +39,13 @@ class ProfileCapacity:
     def to_dict(self) -> dict:
         return {"profile": self.profile, "knee_rps": round(self.knee_rps, 4),
                 "single": None if self.single is None else self.single.to_dict(),
-                "ceiling": self.ceiling.to_dict()}
+                "ceiling": self.ceiling.to_dict(), "busy": None if self.busy is None else self.busy.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> ProfileCapacity:
         return cls(str(d["profile"]), None if d["single"] is None else point_from_dict(d["single"]),
                    point_from_dict(d["ceiling"]),
-                   float(d["knee_rps"]))
+                   float(d["knee_rps"]), None if d.get("busy") is None else point_from_dict(d["busy"]))
 
 
 @dataclass(frozen=True)

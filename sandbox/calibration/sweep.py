@@ -29,20 +29,22 @@ from sandbox.traffic.generator import RequestResult, send_request
 
 @dataclass(frozen=True)
 class SweepConfig:
-    single_s: float = 8.0
+    single_s: float = 7.0
+    busy_s: float = 5.0
     ceiling_s: float = 7.0
     rate_s: float = 6.0
-    # The ceiling's clients, per replica: enough to fill each replica's batch the way a burst does,
-    # few enough that each request still finishes inside the window (GuideLLM's unbounded 512
-    # streams got no request through in 15 s here). Here 8, 16 and 32 clients on two replicas
-    # completed 4.1, 5.3 and 4.8 requests/s: past 16 the batch only adds queue.
+    # The busy phase's clients, per replica: a batch a healthy stack at drill loads keeps up with.
     clients_per_replica: int = 8
+    # The ceiling's clients are the engines' whole batch (a bounded closed loop: GuideLLM's unbounded
+    # 512 streams got no request through in 15 s here). Counted by what streamed, 16, 32 and 64
+    # clients on two replicas of max_num_seqs 32 completed 5.5, 7.7 and 9.3 requests/s: a CPU
+    # engine's batch keeps paying until it is full.
     fractions: tuple[float, ...] = (0.35, 0.6, 0.85)
     knee_factor: float = 10.0  # the knee: TTFT p99 within this factor of the one-at-a-time median
     warmup_s: float = 1.0  # requests finishing this soon after a phase starts belong to the phase before
 
     def __post_init__(self):
-        for name in ("single_s", "ceiling_s", "rate_s"):
+        for name in ("single_s", "busy_s", "ceiling_s", "rate_s"):
             if not 1 <= getattr(self, name) <= 120:
                 raise ValueError(f"{name} must be in [1, 120] seconds, got {getattr(self, name)!r}")
         if not 1 <= self.clients_per_replica <= 64:
@@ -52,19 +54,20 @@ class SweepConfig:
             raise ValueError(f"fractions must be increasing, each in (0, 1), got {self.fractions!r}")
         if self.knee_factor <= 1:
             raise ValueError(f"knee_factor must be > 1, got {self.knee_factor!r}")
-        if not 0 <= self.warmup_s < min(self.single_s, self.ceiling_s, self.rate_s):
+        if not 0 <= self.warmup_s < min(self.single_s, self.busy_s, self.ceiling_s, self.rate_s):
             raise ValueError("warmup_s must be >= 0 and shorter than every phase")
 
     def scaled(self, factor: float) -> SweepConfig:
         """Every phase `factor` times as long (a short sweep for tests), the warm-up kept within it."""
         f = lambda v: max(1.0, round(v * factor, 2))
-        return replace(self, single_s=f(self.single_s), ceiling_s=f(self.ceiling_s), rate_s=f(self.rate_s),
-                       warmup_s=min(self.warmup_s, 0.5 * min(f(self.single_s), f(self.ceiling_s), f(self.rate_s))))
+        return replace(self, single_s=f(self.single_s), busy_s=f(self.busy_s), ceiling_s=f(self.ceiling_s),
+                       rate_s=f(self.rate_s), warmup_s=min(self.warmup_s, 0.5 * min(
+                           f(self.single_s), f(self.busy_s), f(self.ceiling_s), f(self.rate_s))))
 
     def seconds(self, profiles: int = 1) -> float:
         """A calibration's measuring time (stragglers not counted): the reference profile's full
-        sweep and the others' ceilings."""
-        return self.single_s + self.ceiling_s * profiles + self.rate_s * len(self.fractions)
+        sweep and the others' busy and ceiling phases."""
+        return self.single_s + (self.busy_s + self.ceiling_s) * profiles + self.rate_s * len(self.fractions)
 
 
 @dataclass(frozen=True)
@@ -108,16 +111,17 @@ class Sweeper:
     """Runs the phases of one profile's sweep against one API; `progress(fraction)` after each phase."""
 
     def __init__(self, api_url: str, model: str, config: SweepConfig = SweepConfig(), seed: int = 0,
-                 progress: Callable[[str], None] | None = None, replicas: int = 1):
+                 progress: Callable[[str], None] | None = None, replicas: int = 1, batch: int = 32):
         self.api_url, self.model, self.config, self.seed = api_url, model, config, seed
         self.clients = config.clients_per_replica * max(1, replicas)
-        # Every ceiling request's TTFT and every gap between its chunks, for SLOs from pooled samples.
-        self.ceiling_ttft: list[float] = []
+        self.ceiling_clients = max(self.clients, batch * max(1, replicas))
+        # Every busy request's TTFT and every gap between a ceiling request's chunks: the SLOs' samples.
+        self.busy_ttft: list[float] = []
         self.ceiling_itl: list[float] = []
         self.progress = progress or (lambda phase: None)
 
     def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
-        """full=False: the ceiling phase only (a profile whose knee is scaled from the reference's)."""
+        """full=False: the busy and ceiling phases only (a profile whose knee is scaled from the reference's)."""
         return asyncio.run(self._run(profile, full))
 
     async def _run(self, profile: TrafficProfile, full: bool) -> list[SweepPoint]:
@@ -130,7 +134,9 @@ class Sweeper:
             if full:
                 points.append(await self._closed(client, profile, rng, "single", 1, cfg.single_s))
                 self.progress("single")
-            ceiling = await self._closed(client, profile, rng, "ceiling", self.clients, cfg.ceiling_s)
+            points.append(await self._closed(client, profile, rng, "busy", self.clients, cfg.busy_s))
+            self.progress("busy")
+            ceiling = await self._closed(client, profile, rng, "ceiling", self.ceiling_clients, cfg.ceiling_s)
             points.append(ceiling)
             self.progress("ceiling")
             if ceiling.rate <= 0:
@@ -141,21 +147,31 @@ class Sweeper:
                 self.progress(f"rate {fraction:g}")
         return points
 
-    async def _one(self, client, profile, rng, finished: list, t_start: float) -> None:
-        result = await send_request(client, profile.sample(rng), self.model)
+    async def _one(self, client, profile, rng, finished: list, t_start: float, chunks: list | None = None) -> None:
+        on_chunk = None if chunks is None else (lambda: chunks.append(time.monotonic() - t_start))
+        result = await send_request(client, profile.sample(rng), self.model, on_chunk)
         finished.append((time.monotonic() - t_start, result))
 
     async def _closed(self, client, profile, rng, phase: str, clients: int, window_s: float) -> SweepPoint:
+        """`clients` loops, each sending its next request when its last ends, until the window closes; then
+        what is still running is cancelled (the client goes away, the server aborts it): its chunks inside
+        the window are counted already, and waiting for a full batch's stragglers took longer than the
+        window itself."""
         finished: list[tuple[float, RequestResult]] = []
+        chunks: list[float] = []
         t_start = time.monotonic()
         end = t_start + self.config.warmup_s + window_s
 
         async def loop() -> None:
             while time.monotonic() < end:
-                await self._one(client, profile, rng, finished, t_start)
+                await self._one(client, profile, rng, finished, t_start, chunks)
 
-        await asyncio.gather(*(loop() for _ in range(clients)))
-        return self._point(phase, clients, finished, window_s)
+        tasks = [asyncio.create_task(loop()) for _ in range(clients)]
+        await asyncio.wait(tasks, timeout=max(0.0, end - time.monotonic()))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return self._point(phase, clients, finished, window_s, chunks=chunks)
 
     async def _poisson(self, client, profile, rng, rate: float, window_s: float) -> SweepPoint:
         finished: list[tuple[float, RequestResult]] = []
@@ -172,16 +188,17 @@ class Sweeper:
         return self._point("rate", rate, finished, window_s, arrived_before=self.config.warmup_s + window_s)
 
     def _point(self, phase: str, offered: float, finished: list, window_s: float,
-               arrived_before: float | None = None) -> SweepPoint:
+               arrived_before: float | None = None, chunks: list[float] | None = None) -> SweepPoint:
         lo, hi = self.config.warmup_s, self.config.warmup_s + window_s
         if arrived_before is None:  # closed loop: what finished inside the window, at the rate it streamed
             inside = [(t, r) for t, r in finished if lo <= t <= hi]
+            ok = [r for _, r in inside if r.status == "200"]
+            if phase == "busy":
+                self.busy_ttft += [r.ttft_s for r in ok if r.ttft_s is not None]
             if phase == "ceiling":
-                ok = [r for _, r in inside if r.status == "200"]
-                self.ceiling_ttft += [r.ttft_s for r in ok if r.ttft_s is not None]
                 self.ceiling_itl += [g for r in ok for g in r.chunk_gaps_s]
             point = summarize(phase, offered, inside, window_s)
-            rate = streamed_rate(finished, lo, hi)
+            rate = streamed_rate(finished, lo, hi, chunks)
             return point if rate is None else replace(point, rate=rate)
         # open loop: every request that arrived after the warm-up (it started at t - e2e), however late it ended
         inside = [(t, r) for t, r in finished if t - r.e2e_s >= lo]
@@ -200,9 +217,12 @@ def chunk_times(t_end: float, r: RequestResult) -> list[float]:
     return times
 
 
-def streamed_rate(finished: list[tuple[float, RequestResult]], lo: float, hi: float) -> float | None:
+def streamed_rate(finished: list[tuple[float, RequestResult]], lo: float, hi: float,
+                  chunks: list[float] | None = None) -> float | None:
     """Requests/s a closed loop completes, from the chunks streamed inside [lo, hi] by every request
-    (those that began before the window or ended after it too) over the chunks a request streams.
+    (those that began before the window or were still running at its end too) over the chunks a
+    finished request streams. `chunks`: every chunk's arrival (seconds from the phase's start), as
+    counted while the requests ran; without it, the finished requests' own chunks.
 
     Counting whole requests that end inside a window of a few seconds counts the batches that happen
     to end in it: 4.1 to 5.9 requests/s in five 7 s ceilings here. Chunks arrive steadily, hundreds
@@ -211,7 +231,8 @@ def streamed_rate(finished: list[tuple[float, RequestResult]], lo: float, hi: fl
     if not ok or hi <= lo:
         return None
     per_request = sum(1 + len(r.chunk_gaps_s) for _, r in ok) / len(ok)
-    inside = sum(lo <= c <= hi for t, r in ok for c in chunk_times(t, r))
+    times = chunks if chunks is not None else [c for t, r in ok for c in chunk_times(t, r)]
+    inside = sum(lo <= c <= hi for c in times)
     return inside / (hi - lo) / per_request
 
 

@@ -25,14 +25,15 @@ def _ms(v) -> str:
 
 
 def profile_table(cal) -> Table:
-    table = Table("profile", "knee req/s", "ceiling req/s", "out tok/s", "TTFT p50/p99 ms", "ITL p50/p99 ms",
-                  "one at a time: TTFT p50 ms", title=f"capacity (knee = {cal.knee_share:.2f} x ceiling, "
+    table = Table("profile", "knee req/s", "ceiling req/s", "out tok/s", "ceiling TTFT p50/p99 ms",
+                  "busy TTFT p99 ms", "busy ITL p99 ms", "one at a time: TTFT p50 ms", title=f"capacity (knee = {cal.knee_share:.2f} x ceiling, "
                   f"from the {cal.reference} profile's sweep)")
     for name, p in sorted(cal.profiles.items()):
         c = p.ceiling
+        b = p.busy
         table.add_row(name, f"{p.knee_rps:.2f}", f"{c.rate:.2f}", f"{c.output_tokens_per_s:.0f}",
-                      f"{_ms(c.ttft_p50_s)} / {_ms(c.ttft_p99_s)}", f"{_ms(c.itl_p50_s)} / {_ms(c.itl_p99_s)}",
-                      _ms(p.single.ttft_p50_s) if p.single else "-")
+                      f"{_ms(c.ttft_p50_s)} / {_ms(c.ttft_p99_s)}", _ms(b.ttft_p99_s) if b else "-",
+                      _ms(b.itl_p99_s) if b else "-", _ms(p.single.ttft_p50_s) if p.single else "-")
     return table
 
 

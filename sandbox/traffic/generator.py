@@ -70,8 +70,10 @@ class TrafficStats:
         }
 
 
-async def send_request(client: httpx.AsyncClient, req: SampledRequest, model: str) -> RequestResult:
-    """One request, streamed or not; never raises (failures become the result's status)."""
+async def send_request(client: httpx.AsyncClient, req: SampledRequest, model: str,
+                       on_chunk=None) -> RequestResult:
+    """One request, streamed or not; never raises (failures become the result's status). `on_chunk()` is
+    called as each streamed text chunk arrives (a sweep counts what streams while a request is running)."""
     t0 = time.perf_counter()
     try:
         if not req.stream:
@@ -84,12 +86,13 @@ async def send_request(client: httpx.AsyncClient, req: SampledRequest, model: st
             text = choice["message"]["content"] if req.chat else choice["text"]
             return RequestResult("200", e2e, e2e, [], body["usage"]["prompt_tokens"],
                                  body["usage"]["completion_tokens"], text)
-        return await _stream(client, req, model, t0)
+        return await _stream(client, req, model, t0, on_chunk)
     except (httpx.HTTPError, json.JSONDecodeError, KeyError, IndexError) as e:
         return RequestResult("error", time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"[:300])
 
 
-async def _stream(client: httpx.AsyncClient, req: SampledRequest, model: str, t0: float) -> RequestResult:
+async def _stream(client: httpx.AsyncClient, req: SampledRequest, model: str, t0: float,
+                  on_chunk=None) -> RequestResult:
     async with client.stream("POST", req.path, json=req.body(model)) as resp:
         if resp.status_code != 200:
             body = await resp.aread()
@@ -113,6 +116,8 @@ async def _stream(client: httpx.AsyncClient, req: SampledRequest, model: str, t0
                 piece = (choice.get("delta") or {}).get("content") if req.chat else choice.get("text")
                 if piece:
                     now = time.perf_counter()
+                    if on_chunk is not None:
+                        on_chunk()
                     if result.ttft_s is None:
                         result.ttft_s = now - t0
                     else:

@@ -50,7 +50,7 @@ def test_a_knee_needs_the_idle_point_and_a_rate():
         knee([point("rate", 2.0, 2.0, 0.2, 0.5)], 10.0)
 
 
-def test_thresholds_are_stated_multiples_of_the_pooled_ceiling_p99s():
+def test_thresholds_are_stated_multiples_of_the_pooled_busy_p99s():
     assert thresholds.derive(1.2, 1.0) == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
                                            "sandbox:threshold:client_ttft_p99_seconds": 9.6,  # 4 x 2.4
                                            "sandbox:threshold:itl_p99_seconds": 1.5,  # 1.5 x 1.0
@@ -148,9 +148,9 @@ def test_sweep_settings_are_validated_and_scaled():
     with pytest.raises(ValueError, match="knee_factor"):
         SweepConfig(knee_factor=1.0)
     short = SweepConfig().scaled(0.25)
-    assert (short.single_s, short.ceiling_s, short.rate_s) == (2.0, 1.75, 1.5)
-    assert short.warmup_s == 0.75
-    assert SweepConfig().seconds(3) == 8.0 + 3 * 7.0 + 3 * 6.0
+    assert (short.single_s, short.busy_s, short.ceiling_s, short.rate_s) == (1.75, 1.25, 1.75, 1.5)
+    assert short.warmup_s == 0.625
+    assert SweepConfig().seconds(3) == 7.0 + 3 * (5.0 + 7.0) + 3 * 6.0
 
 
 def _cli(tmp_path, *args):

@@ -62,9 +62,9 @@ def test_the_injection_event_carries_the_variants_faults(ttft):
 def test_a_surge_multiplies_the_rate_from_the_injection_on(surge):
     plan = make_plan(surge, "surge", 3, knees={"default": 4.0}, ceilings={"default": 5.0})
     before, after = plan.segment_at(plan.inject_at_s - 1), plan.segment_at(plan.inject_at_s + 1)
-    assert (str(surge.traffic.rate), surge.variants["surge"].traffic.rate_factor) == ("0.4 ceiling", 3.25)
-    assert before.rate == pytest.approx(2.0) and after.rate == pytest.approx(6.5)  # 0.4 and 1.3 of the ceiling
-    assert (before.knee, before.unit, after.knee) == (0.4, "ceiling", 1.3)
+    assert (str(surge.traffic.rate), surge.variants["surge"].traffic.rate_factor) == ("0.25 ceiling", 4.8)
+    assert before.rate == pytest.approx(1.25) and after.rate == pytest.approx(6.0)  # 0.25 and 1.2 of the ceiling
+    assert (before.knee, before.unit, after.knee) == (0.25, "ceiling", pytest.approx(1.2))
     assert before.profile == after.profile == surge.traffic.profile
 
 
@@ -91,10 +91,10 @@ def test_a_batch_job_peak_runs_beside_the_base_traffic_with_its_own_profile():
 
 def test_an_absolute_plan_is_the_same_with_or_without_knees(absolute_surge):
     plan = make_plan(absolute_surge, "surge", 3)
-    assert plan.segments == [Segment(0.0, 2.0, "default"), Segment(plan.inject_at_s, 6.5, "default")]
+    assert plan.segments == [Segment(0.0, 2.0, "default"), Segment(plan.inject_at_s, 9.6, "default")]
     assert plan.unresolved_profiles() == set()
     assert make_plan(absolute_surge, "surge", 3, knees={}).to_dict() == plan.to_dict() == plan.resolved({}).to_dict()
-    assert plan.to_dict()["segments"][1] == {"start_s": plan.inject_at_s, "rate": 6.5, "profile": "default",
+    assert plan.to_dict()["segments"][1] == {"start_s": plan.inject_at_s, "rate": 9.6, "profile": "default",
                                              "knee": None, "knee_profile": None, "unit": None}
 
 
