@@ -63,7 +63,7 @@ class Calibrator:
         self.progress = progress or (lambda seconds, label: None)
         self.canary, self.seed = canary, seed
         self.busy_ttft: list[float] = []  # pooled over every profile's busy phase
-        self.ceiling_itl: list[float] = []
+        self.busy_itl: list[float] = []
 
     def run(self) -> Calibration:
         t0 = time.monotonic()
@@ -80,7 +80,7 @@ class Calibrator:
                 warnings.append(why + "; measured again")
                 self.progress(0.0, f"{reference}: disturbed, measuring again")
                 self.busy_ttft.clear()  # the disturbed phases are not the stack's
-                self.ceiling_itl.clear()
+                self.busy_itl.clear()
                 ref_points = self._measure(reference, full=True)
                 if (why := disturbed(ref_points)) is not None:
                     warnings.append(why + " again: the machine is busy, and drills on it will be too")
@@ -90,7 +90,10 @@ class Calibrator:
             if proc is not None:
                 canary_process.halt(proc, Path(self.state.targets_dir))
         ref_ceiling = _point(ref_points, "ceiling")
-        share = knee(ref_points, self.sweep.knee_factor) / ref_ceiling.rate
+        try:
+            share = knee(ref_points, self.sweep.knee_factor) / ref_ceiling.rate
+        except ValueError as e:
+            raise CalibrationError(f"profile {reference}: {e}") from None
         if share < KNEE_SHARE_MIN:
             warnings.append(f"the knee came out at {share:.2f} of the ceiling, below {KNEE_SHARE_MIN}: taken as "
                             f"{KNEE_SHARE_MIN} (a stack that batches queues little at half of what it completes)")
@@ -103,8 +106,8 @@ class Calibrator:
                            thresholds.derive(*self.slo_basis()), tuple(warnings))
 
     def slo_basis(self) -> tuple[float, float]:
-        """The TTFT p99 of every profile's busy requests pooled, and the ITL p99 of their ceiling requests."""
-        ttft, itl = percentile(self.busy_ttft, 99), percentile(self.ceiling_itl, 99)
+        """The TTFT and ITL p99 of every profile's busy requests pooled."""
+        ttft, itl = percentile(self.busy_ttft, 99), percentile(self.busy_itl, 99)
         if ttft is None or itl is None:
             raise CalibrationError("no busy-phase request streamed: is the stack serving?")
         return ttft, itl
@@ -121,10 +124,11 @@ class Calibrator:
                           replicas=self.state.replicas or 1, batch=engine_batch(self.state))
         points = sweeper.run(get_profile(name), full=full)
         self.busy_ttft += sweeper.busy_ttft
-        self.ceiling_itl += sweeper.ceiling_itl
-        bad = [p for p in points if p.requests == 0]
+        self.busy_itl += sweeper.busy_itl
+        # A short Poisson window may draw no arrival at all: the knee reads the rates that have data.
+        bad = [p for p in points if p.phase != "rate" and (p.rate <= 0 or p.requests == 0)]
         if bad:
-            raise CalibrationError(f"profile {name}: no request finished in the {bad[0].phase} phase "
+            raise CalibrationError(f"profile {name}: nothing streamed in the {bad[0].phase} phase "
                                    f"({bad[0].errors} errors): is the stack serving?")
         return points
 

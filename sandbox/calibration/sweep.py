@@ -115,10 +115,11 @@ class Sweeper:
         self.api_url, self.model, self.config, self.seed = api_url, model, config, seed
         self.clients = config.clients_per_replica * max(1, replicas)
         self.ceiling_clients = max(self.clients, batch * max(1, replicas))
-        # Every busy request's TTFT and every gap between a ceiling request's chunks: the SLOs' samples.
+        # Every busy request's TTFT and every gap between its chunks: the SLOs' samples.
         self.busy_ttft: list[float] = []
-        self.ceiling_itl: list[float] = []
+        self.busy_itl: list[float] = []
         self.progress = progress or (lambda phase: None)
+        self.expected_chunks: float | None = None
 
     def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
         """full=False: the busy and ceiling phases only (a profile whose knee is scaled from the reference's)."""
@@ -126,6 +127,7 @@ class Sweeper:
 
     async def _run(self, profile: TrafficProfile, full: bool) -> list[SweepPoint]:
         cfg = self.config
+        self.expected_chunks = sum(profile.output_tokens) / 2  # max_tokens is drawn uniformly; ignore_eos
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
         async with httpx.AsyncClient(base_url=self.api_url, limits=limits,
                                      timeout=httpx.Timeout(120.0, connect=10.0)) as client:
@@ -147,9 +149,25 @@ class Sweeper:
                 self.progress(f"rate {fraction:g}")
         return points
 
-    async def _one(self, client, profile, rng, finished: list, t_start: float, chunks: list | None = None) -> None:
-        on_chunk = None if chunks is None else (lambda: chunks.append(time.monotonic() - t_start))
-        result = await send_request(client, profile.sample(rng), self.model, on_chunk)
+    async def _one(self, client, profile, rng, finished: list, t_start: float, chunks: list | None = None,
+                   firsts: list | None = None, gaps: list | None = None) -> None:
+        """One request; with `chunks`, each chunk's arrival is noted as it streams, with `firsts` each
+        request's first chunk as (arrival, TTFT), with `gaps` every later one as (arrival, time since the
+        request's last): a request cut off at a window's end counts too."""
+        sent = time.monotonic()
+        seen = []
+
+        def on_chunk() -> None:
+            now = time.monotonic()
+            chunks.append(now - t_start)
+            if not seen:
+                if firsts is not None:
+                    firsts.append((now - t_start, now - sent))
+            elif gaps is not None:
+                gaps.append((now - t_start, now - seen[-1]))
+            seen[:] = [now]
+
+        result = await send_request(client, profile.sample(rng), self.model, None if chunks is None else on_chunk)
         finished.append((time.monotonic() - t_start, result))
 
     async def _closed(self, client, profile, rng, phase: str, clients: int, window_s: float) -> SweepPoint:
@@ -159,19 +177,21 @@ class Sweeper:
         window itself."""
         finished: list[tuple[float, RequestResult]] = []
         chunks: list[float] = []
+        firsts: list[tuple[float, float]] = []
+        gaps: list[tuple[float, float]] = []
         t_start = time.monotonic()
         end = t_start + self.config.warmup_s + window_s
 
         async def loop() -> None:
             while time.monotonic() < end:
-                await self._one(client, profile, rng, finished, t_start, chunks)
+                await self._one(client, profile, rng, finished, t_start, chunks, firsts, gaps)
 
         tasks = [asyncio.create_task(loop()) for _ in range(clients)]
         await asyncio.wait(tasks, timeout=max(0.0, end - time.monotonic()))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        return self._point(phase, clients, finished, window_s, chunks=chunks)
+        return self._point(phase, clients, finished, window_s, chunks=chunks, firsts=firsts, gaps=gaps)
 
     async def _poisson(self, client, profile, rng, rate: float, window_s: float) -> SweepPoint:
         finished: list[tuple[float, RequestResult]] = []
@@ -188,17 +208,25 @@ class Sweeper:
         return self._point("rate", rate, finished, window_s, arrived_before=self.config.warmup_s + window_s)
 
     def _point(self, phase: str, offered: float, finished: list, window_s: float,
-               arrived_before: float | None = None, chunks: list[float] | None = None) -> SweepPoint:
+               arrived_before: float | None = None, chunks: list[float] | None = None,
+               firsts: list[tuple[float, float]] | None = None,
+               gaps: list[tuple[float, float]] | None = None) -> SweepPoint:
         lo, hi = self.config.warmup_s, self.config.warmup_s + window_s
-        if arrived_before is None:  # closed loop: what finished inside the window, at the rate it streamed
+        if arrived_before is None:  # closed loop: what streamed inside the window
             inside = [(t, r) for t, r in finished if lo <= t <= hi]
-            ok = [r for _, r in inside if r.status == "200"]
+            # first chunks inside the window; one request at a time leaves no queue to wait out
+            ttfts = [ttft for at, ttft in firsts or () if (0.0 if phase == "single" else lo) <= at <= hi]
             if phase == "busy":
-                self.busy_ttft += [r.ttft_s for r in ok if r.ttft_s is not None]
-            if phase == "ceiling":
-                self.ceiling_itl += [g for r in ok for g in r.chunk_gaps_s]
+                self.busy_ttft += ttfts
+            itls = [gap for at, gap in gaps or () if lo <= at <= hi]
+            if phase == "busy":
+                self.busy_itl += itls
             point = summarize(phase, offered, inside, window_s)
-            rate = streamed_rate(finished, lo, hi, chunks)
+            if firsts is not None:
+                point = replace(point, requests=len(ttfts), ttft_p50_s=percentile(ttfts, 50),
+                                ttft_p99_s=percentile(ttfts, 99), itl_p50_s=percentile(itls, 50),
+                                itl_p99_s=percentile(itls, 99))
+            rate = streamed_rate(finished, lo, hi, chunks, self.expected_chunks)
             return point if rate is None else replace(point, rate=rate)
         # open loop: every request that arrived after the warm-up (it started at t - e2e), however late it ended
         inside = [(t, r) for t, r in finished if t - r.e2e_s >= lo]
@@ -218,7 +246,7 @@ def chunk_times(t_end: float, r: RequestResult) -> list[float]:
 
 
 def streamed_rate(finished: list[tuple[float, RequestResult]], lo: float, hi: float,
-                  chunks: list[float] | None = None) -> float | None:
+                  chunks: list[float] | None = None, expected_chunks: float | None = None) -> float | None:
     """Requests/s a closed loop completes, from the chunks streamed inside [lo, hi] by every request
     (those that began before the window or were still running at its end too) over the chunks a
     finished request streams. `chunks`: every chunk's arrival (seconds from the phase's start), as
@@ -228,9 +256,9 @@ def streamed_rate(finished: list[tuple[float, RequestResult]], lo: float, hi: fl
     to end in it: 4.1 to 5.9 requests/s in five 7 s ceilings here. Chunks arrive steadily, hundreds
     per window, so the same window gives the rate the stack streams at. None without streamed chunks."""
     ok = [(t, r) for t, r in finished if r.status == "200" and r.ttft_s is not None]
-    if not ok or hi <= lo:
+    if hi <= lo or not (ok or expected_chunks):
         return None
-    per_request = sum(1 + len(r.chunk_gaps_s) for _, r in ok) / len(ok)
+    per_request = sum(1 + len(r.chunk_gaps_s) for _, r in ok) / len(ok) if ok else expected_chunks
     times = chunks if chunks is not None else [c for t, r in ok for c in chunk_times(t, r)]
     inside = sum(lo <= c <= hi for c in times)
     return inside / (hi - lo) / per_request

@@ -51,9 +51,9 @@ def test_a_knee_needs_the_idle_point_and_a_rate():
 
 
 def test_thresholds_are_stated_multiples_of_the_pooled_busy_p99s():
-    assert thresholds.derive(1.2, 1.0) == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
+    assert thresholds.derive(1.2, 0.5) == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
                                            "sandbox:threshold:client_ttft_p99_seconds": 9.6,  # 4 x 2.4
-                                           "sandbox:threshold:itl_p99_seconds": 1.5,  # 1.5 x 1.0
+                                           "sandbox:threshold:itl_p99_seconds": 1.5,  # 3 x 0.5
                                            "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,
                                            "sandbox:threshold:replica_ttft_p99_floor_seconds": 1.92}
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.stack
 # The catalogue's profiles at the verify subset's scale: its drill then finds this calibration cached
 # (test_verify_subset runs later, on a stack of the same config) and spends no time measuring again.
 PROFILES = ("--profile", "default", "--profile", "long-tail", "--profile", "shared-prefix")
-SCALE = "0.2"
+SCALE = "0.3"
 
 
 def _calibrate(stack, *args):

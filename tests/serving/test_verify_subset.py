@@ -26,7 +26,7 @@ def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
     stack.cli("down")
     # The calibrated path, on a short sweep (this variant pages on memory, not on how fast the machine is),
     # at test_calibrate's scale: the calibration it left in the test home is found and reused.
-    env = dict(stack.env, SANDBOX_RUNS=str(tmp_path / "runs"), SANDBOX_CALIBRATION_SCALE="0.2")
+    env = dict(stack.env, SANDBOX_RUNS=str(tmp_path / "runs"), SANDBOX_CALIBRATION_SCALE="0.3")
     result = subprocess.run([*stack.cli_argv(), "verify", incident, "--variant", variant, "--seed", "0",
                              "--duration", "210", "--json"], env=env, capture_output=True, text=True,
                             timeout=900, check=False)
