@@ -43,10 +43,7 @@ class Steps:
         finally:
             if status:
                 self._out(lambda c: status[0].stop())
-            elapsed = time.perf_counter() - t0
-            self.timings[title] = round(elapsed, 2)
-            mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-            self._out(lambda c: c.print(f"{mark} {title} [dim]{elapsed:.1f}s[/dim]"))
+            self._done(title, t0, ok)
 
     @contextmanager
     def bar(self, title: str, total: float):
@@ -74,10 +71,14 @@ class Steps:
         finally:
             if bars:
                 self._out(lambda c: bars[0].stop())
-            elapsed = time.perf_counter() - t0
-            self.timings[title] = round(elapsed, 2)
-            mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-            self._out(lambda c: c.print(f"{mark} {title} [dim]{elapsed:.1f}s[/dim]"))
+            self._done(title, t0, ok)
+
+    def _done(self, title: str, t0: float, ok: bool) -> None:
+        """A finished step: its time kept, and a tick (or a cross) with it."""
+        elapsed = time.perf_counter() - t0
+        self.timings[title] = round(elapsed, 2)
+        mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+        self._out(lambda c: c.print(f"{mark} {title} [dim]{elapsed:.1f}s[/dim]"))
 
     def note(self, text: str) -> None:
         self._out(lambda c: c.print(text))

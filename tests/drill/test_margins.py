@@ -13,6 +13,7 @@ from incidents.promql import PromtoolNotFound, promtool_binary
 from sandbox.drill import margins
 from services.stack import alerts
 from tests.drill.series_prom import SeriesProm
+from tests.promql_series import counter, histogram
 
 THRESHOLD = re.compile(r"sandbox:threshold:\w+")
 
@@ -82,18 +83,6 @@ def test_no_readings_or_too_few_are_none():
 # -- the PromQL, evaluated by Prometheus ---------------------------------------------------------------
 # A counter is "start+step x n" (n + 1 samples); "_" is no sample.
 
-def _counter(per_s: float, n: int = 300) -> str:
-    return f"0+{per_s}x{n}"
-
-
-def _histogram(name: str, labels: str, per_s: float, value_s: float, les=(0.1, 0.5, 1.0, 2.5, 5.0)) -> list[dict]:
-    out = []
-    for le in [*les, "+Inf"]:
-        rate = per_s if le == "+Inf" or value_s <= le else 0
-        out.append({"series": f'{name}_bucket{{{labels}{"," if labels else ""}le="{le}"}}', "values": _counter(rate)})
-    return out
-
-
 TTFT = "vllm:time_to_first_token_seconds"
 CLIENT_TTFT = "sandbox_traffic_time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
@@ -104,12 +93,12 @@ STARTS = 'ray_serve_deployment_replica_starts_total{application="llm",deployment
 HC_FAIL = 'ray_serve_health_check_failures_total{application="llm",deployment="LLMServer",replica="%s"}'
 
 # No error, wrong answer or mismatch series yet: the margins read 0 there, not "no data".
-HEALTHY = (_histogram(TTFT, 'replica="a"', 3, 0.3) + _histogram(TTFT, 'replica="b"', 3, 0.4)
-           + _histogram(CLIENT_TTFT, "", 3, 0.4)
-           + _histogram(ITL, 'replica="a"', 40, 0.05) + _histogram(ITL, 'replica="b"', 40, 0.08)
-           + [{"series": REQ % "200", "values": _counter(3)}]
-           + [{"series": CHECK % (t, "correct"), "values": _counter(0.2)} for t in ("add", "sort")]
-           + [{"series": REPEAT % "match", "values": _counter(1)}]
+HEALTHY = (histogram(TTFT, 'replica="a"', 3, 0.3) + histogram(TTFT, 'replica="b"', 3, 0.4)
+           + histogram(CLIENT_TTFT, "", 3, 0.4)
+           + histogram(ITL, 'replica="a"', 40, 0.05) + histogram(ITL, 'replica="b"', 40, 0.08)
+           + [{"series": REQ % "200", "values": counter(3)}]
+           + [{"series": CHECK % (t, "correct"), "values": counter(0.2)} for t in ("add", "sort")]
+           + [{"series": REPEAT % "match", "values": counter(1)}]
            + [{"series": STARTS % r, "values": "1x300"} for r in ("r1", "r2")])
 
 
@@ -125,47 +114,47 @@ SCENARIOS = [
      {("4m", "TimeToFirstTokenHigh"): 0.198, ("4m", "ServingErrorRateHigh"): 0.0,
       ("4m", "ReplicaRestarted"): 0.0, ("4m", "CanaryAccuracyLow"): 0.0, ("4m", "CanaryOutputsInconsistent"): 0.0,
       ("4m", "ReplicaTimeToFirstTokenHigh"): 0.248}),
-    ("server time to first token up", _with(_histogram(TTFT, 'replica="a"', 3, 4.0)
-                                            + _histogram(TTFT, 'replica="b"', 3, 4.0)), ["1m", "4m"],
+    ("server time to first token up", _with(histogram(TTFT, 'replica="a"', 3, 4.0)
+                                            + histogram(TTFT, 'replica="b"', 3, 4.0)), ["1m", "4m"],
      {("4m", "TimeToFirstTokenHigh"): 1.99}),
     # half the requests in (2.5, 2.52]: p99 = 2.5 + 0.02 * 0.98; then in (2.4, 2.5]: 2.4 + 0.1 * 0.98
     ("server time to first token just over its threshold",
-     _with(_histogram(TTFT, 'replica="a"', 3, 2.51, les=(1.0, 2.5, 2.52))
-           + _histogram(TTFT, 'replica="b"', 3, 0.3, les=(1.0, 2.5, 2.52)), drop=TTFT), ["2m"],
+     _with(histogram(TTFT, 'replica="a"', 3, 2.51, les=(1.0, 2.5, 2.52))
+           + histogram(TTFT, 'replica="b"', 3, 0.3, les=(1.0, 2.5, 2.52)), drop=TTFT), ["2m"],
      {("2m", "TimeToFirstTokenHigh"): 1.008}),
     ("server time to first token just under its threshold",
-     _with(_histogram(TTFT, 'replica="a"', 3, 2.45, les=(1.0, 2.4, 2.5))
-           + _histogram(TTFT, 'replica="b"', 3, 0.3, les=(1.0, 2.4, 2.5)), drop=TTFT), ["2m"],
+     _with(histogram(TTFT, 'replica="a"', 3, 2.45, les=(1.0, 2.4, 2.5))
+           + histogram(TTFT, 'replica="b"', 3, 0.3, les=(1.0, 2.4, 2.5)), drop=TTFT), ["2m"],
      {("2m", "TimeToFirstTokenHigh"): 0.999}),
-    ("client time to first token up", _with(_histogram(CLIENT_TTFT, "", 3, 4.5)), ["1m", "4m"], {}),
-    ("inter-token latency up on one replica", _with(_histogram(ITL, 'replica="b"', 40, 2.0)), ["1m", "4m"],
+    ("client time to first token up", _with(histogram(CLIENT_TTFT, "", 3, 4.5)), ["1m", "4m"], {}),
+    ("inter-token latency up on one replica", _with(histogram(ITL, 'replica="b"', 40, 2.0)), ["1m", "4m"],
      {("4m", "ReplicaInterTokenLatencyHigh"): 4.97}),
-    ("one replica a bit behind the other", _with(_histogram(ITL, 'replica="b"', 40, 0.4)), ["2m"], {}),
-    ("time to first token up on one replica", _with(_histogram(TTFT, 'replica="b"', 3, 4.0)), ["1m", "4m"],
+    ("one replica a bit behind the other", _with(histogram(ITL, 'replica="b"', 40, 0.4)), ["2m"], {}),
+    ("time to first token up on one replica", _with(histogram(TTFT, 'replica="b"', 3, 4.0)), ["1m", "4m"],
      {("4m", "ReplicaTimeToFirstTokenHigh"): 2.488}),
     # b's p99 is 10x a's (over the ratio) but under the 2 s floor: the smaller ratio, the floor's, is the margin
-    ("a slow replica under the floor", _with(_histogram(TTFT, 'replica="a"', 3, 0.05)
-                                             + _histogram(TTFT, 'replica="b"', 3, 0.9)), ["2m"],
+    ("a slow replica under the floor", _with(histogram(TTFT, 'replica="a"', 3, 0.05)
+                                             + histogram(TTFT, 'replica="b"', 3, 0.9)), ["2m"],
      {("2m", "ReplicaTimeToFirstTokenHigh"): 0.497}),
-    ("client errors", _with([{"series": REQ % "503", "values": _counter(0.3)}]), ["1m", "4m"],
+    ("client errors", _with([{"series": REQ % "503", "values": counter(0.3)}]), ["1m", "4m"],
      {("4m", "ServingErrorRateHigh"): 1.818}),
-    ("clients giving up is no error", _with([{"series": REQ % "499", "values": _counter(0.3)}]), ["1m"],
+    ("clients giving up is no error", _with([{"series": REQ % "499", "values": counter(0.3)}]), ["1m"],
      {("1m", "ServingErrorRateHigh"): 0.0}),
     ("a replica replaced after failing health checks",
      _with([{"series": STARTS % "r3", "values": "_x179 1x120"}, {"series": HC_FAIL % "r1", "values": "_x174 1x125"}]),
      ["3m", "3m20s", "4m30s"], {("3m20s", "ReplicaRestarted"): 2.0, ("4m30s", "ReplicaRestarted"): 0.0}),
     ("a rolling deploy is no restart", _with([{"series": STARTS % "r3", "values": "_x179 1x120"}]), ["3m20s"],
      {("3m20s", "ReplicaRestarted"): 0.0}),
-    ("a task answered wrong", _with([{"series": CHECK % ("sort", "wrong"), "values": _counter(0.2)}]),
+    ("a task answered wrong", _with([{"series": CHECK % ("sort", "wrong"), "values": counter(0.2)}]),
      ["1m", "4m"], {("4m", "CanaryAccuracyLow"): 3.333}),
     ("one wrong answer a minute",
      _with([{"series": CHECK % ("sort", "wrong"), "values": "0x59 1x59 2x59 3x59 4x59"}]), ["2m", "4m"], {}),
     ("a repeated prompt changes its answer", _with([{"series": REPEAT % "mismatch", "values": "0x150 1x149"}]),
      ["2m30s", "2m50s", "4m"], {("2m50s", "CanaryOutputsInconsistent"): 2.0}),
 ]
-TOO_FEW = _with([{"series": CHECK % ("sort", "correct"), "values": _counter(0.02)},
-                 {"series": CHECK % ("sort", "wrong"), "values": _counter(0.02)},
-                 {"series": CHECK % ("add", "correct"), "values": _counter(0.02)}])
+TOO_FEW = _with([{"series": CHECK % ("sort", "correct"), "values": counter(0.02)},
+                 {"series": CHECK % ("sort", "wrong"), "values": counter(0.02)},
+                 {"series": CHECK % ("add", "correct"), "values": counter(0.02)}])
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from services.serve import metric_names as names
 from services.stack import alerts
 from services.stack.prometheus_config import render
 from services.stack.settings import REPO_ROOT
+from tests.promql_series import counter, histogram
 
 promtool = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(promtool is None, reason="promtool not installed (scripts/setup.sh installs it)")
@@ -108,19 +109,6 @@ def test_the_generated_config_loads_the_rules_and_evaluates_every_second(tmp_pat
 # -- promtool test rules -----------------------------------------------------------------------------
 # Synthetic series at 1 s resolution. A counter is "start+step x n" (n + 1 samples); "_" is no sample.
 
-def _counter(per_s: float, n: int = 300) -> str:
-    return f"0+{per_s}x{n}"
-
-
-def _histogram(name: str, labels: str, per_s: float, value_s: float, les=(0.1, 0.5, 1.0, 2.5, 5.0)) -> list[dict]:
-    """A histogram of `per_s` observations a second, each of `value_s`."""
-    out = []
-    for le in [*les, "+Inf"]:
-        rate = per_s if le == "+Inf" or value_s <= le else 0
-        out.append({"series": f'{name}_bucket{{{labels}{"," if labels else ""}le="{le}"}}', "values": _counter(rate)})
-    return out
-
-
 TTFT = "vllm:time_to_first_token_seconds"
 CLIENT_TTFT = "sandbox_traffic_time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
@@ -131,13 +119,13 @@ STARTS = 'ray_serve_deployment_replica_starts_total{application="llm",deployment
 HC_FAIL = 'ray_serve_health_check_failures_total{application="llm",deployment="LLMServer",replica="%s"}'
 PAGE = {"severity": "page"}
 
-HEALTHY = (_histogram(TTFT, "", 3, 0.3) + _histogram(CLIENT_TTFT, 'profile="default"', 3, 0.4)
-           + _histogram(ITL, 'replica="a"', 40, 0.05) + _histogram(ITL, 'replica="b"', 40, 0.08)
-           + [{"series": REQ % "200", "values": _counter(3)}]
-           + [{"series": CHECK % (t, "correct"), "values": _counter(0.2)} for t in ("add", "sort")]
-           + [{"series": CHECK % (t, "wrong"), "values": _counter(0)} for t in ("add", "sort")]
-           + [{"series": CONSISTENT % "match", "values": _counter(1)},
-              {"series": CONSISTENT % "mismatch", "values": _counter(0)}]
+HEALTHY = (histogram(TTFT, "", 3, 0.3) + histogram(CLIENT_TTFT, 'profile="default"', 3, 0.4)
+           + histogram(ITL, 'replica="a"', 40, 0.05) + histogram(ITL, 'replica="b"', 40, 0.08)
+           + [{"series": REQ % "200", "values": counter(3)}]
+           + [{"series": CHECK % (t, "correct"), "values": counter(0.2)} for t in ("add", "sort")]
+           + [{"series": CHECK % (t, "wrong"), "values": counter(0)} for t in ("add", "sort")]
+           + [{"series": CONSISTENT % "match", "values": counter(1)},
+              {"series": CONSISTENT % "mismatch", "values": counter(0)}]
            + [{"series": STARTS % r, "values": "1x300"} for r in ("r1", "r2")])
 
 
@@ -150,25 +138,25 @@ def _with(replaced: list[dict], base=HEALTHY) -> list[dict]:
 # at an eval time must not be firing then.
 SCENARIOS = [
     ("healthy baseline", HEALTHY, {"30s": {}, "1m30s": {}, "5m": {}}),
-    ("server time to first token up", _with(_histogram(TTFT, "", 3, 4.0)),
+    ("server time to first token up", _with(histogram(TTFT, "", 3, 4.0)),
      {"15s": {}, "1m": {"TimeToFirstTokenHigh": [PAGE]}}),
-    ("client time to first token up", _with(_histogram(CLIENT_TTFT, 'profile="default"', 3, 4.5)),
+    ("client time to first token up", _with(histogram(CLIENT_TTFT, 'profile="default"', 3, 4.5)),
      {"1m": {"ClientTimeToFirstTokenHigh": [PAGE]}}),
     ("inter-token latency up on every replica",
-     _with(_histogram(ITL, 'replica="a"', 40, 2.0) + _histogram(ITL, 'replica="b"', 40, 2.0)),
+     _with(histogram(ITL, 'replica="a"', 40, 2.0) + histogram(ITL, 'replica="b"', 40, 2.0)),
      {"1m": {"InterTokenLatencyHigh": [PAGE]}}),
-    ("inter-token latency up on one replica", _with(_histogram(ITL, 'replica="b"', 40, 2.0)),
+    ("inter-token latency up on one replica", _with(histogram(ITL, 'replica="b"', 40, 2.0)),
      {"1m": {"InterTokenLatencyHigh": [PAGE], "ReplicaInterTokenLatencyHigh": [{**PAGE, "replica": "b"}]}}),
-    ("one replica a bit behind the other is no page", _with(_histogram(ITL, 'replica="b"', 40, 0.4)),
+    ("one replica a bit behind the other is no page", _with(histogram(ITL, 'replica="b"', 40, 0.4)),
      {"2m": {}}),
     ("time to first token up on one replica",
-     _with(_histogram(TTFT, 'replica="a"', 3, 0.3) + _histogram(TTFT, 'replica="b"', 3, 4.0)),
+     _with(histogram(TTFT, 'replica="a"', 3, 0.3) + histogram(TTFT, 'replica="b"', 3, 4.0)),
      {"15s": {}, "1m": {"TimeToFirstTokenHigh": [PAGE], "ReplicaTimeToFirstTokenHigh": [{**PAGE, "replica": "b"}]}}),
     ("one replica answering a little later than the other is no page",
-     _with(_histogram(TTFT, 'replica="a"', 3, 0.3) + _histogram(TTFT, 'replica="b"', 3, 0.9)), {"2m": {}}),
-    ("client errors", _with([{"series": REQ % "503", "values": _counter(0.3)}]),
+     _with(histogram(TTFT, 'replica="a"', 3, 0.3) + histogram(TTFT, 'replica="b"', 3, 0.9)), {"2m": {}}),
+    ("client errors", _with([{"series": REQ % "503", "values": counter(0.3)}]),
      {"1m": {"ServingErrorRateHigh": [PAGE]}}),
-    ("clients giving up is no error", _with([{"series": REQ % "499", "values": _counter(0.3)}]), {"1m": {}}),
+    ("clients giving up is no error", _with([{"series": REQ % "499", "values": counter(0.3)}]), {"1m": {}}),
     ("a replica replaced after failing health checks",
      _with([{"series": STARTS % "r3", "values": "_x179 1x120"}, {"series": HC_FAIL % "r1", "values": "_x174 1x125"}]),
      {"3m": {}, "3m20s": {"ReplicaRestarted": [{**PAGE, "application": "llm", "deployment": "LLMServer"}]},
@@ -178,12 +166,12 @@ SCENARIOS = [
      {"3m20s": {}, "4m": {}}),
     ("replicas starting a few seconds apart at startup are no page",
      _with([{"series": STARTS % "r2", "values": "_x8 1x291"}]), {"1m5s": {}, "1m10s": {}}),
-    ("a task answered wrong", _with([{"series": CHECK % ("sort", "wrong"), "values": _counter(0.2)}]),
+    ("a task answered wrong", _with([{"series": CHECK % ("sort", "wrong"), "values": counter(0.2)}]),
      {"1m": {"CanaryAccuracyLow": [{**PAGE, "task": "sort"}]}}),
     ("one wrong answer a minute is no page",
      _with([{"series": CHECK % ("sort", "wrong"), "values": "0x59 1x59 2x59 3x59 4x59"}]), {"2m": {}, "4m": {}}),
-    ("too few checks to judge", _with([{"series": CHECK % ("sort", "correct"), "values": _counter(0.02)},
-                                       {"series": CHECK % ("sort", "wrong"), "values": _counter(0.02)}]),
+    ("too few checks to judge", _with([{"series": CHECK % ("sort", "correct"), "values": counter(0.02)},
+                                       {"series": CHECK % ("sort", "wrong"), "values": counter(0.02)}]),
      {"2m": {}}),
     ("a repeated prompt changes its answer", _with([{"series": CONSISTENT % "mismatch", "values": "0x150 1x149"}]),
      {"2m30s": {}, "2m50s": {"CanaryOutputsInconsistent": [{**PAGE, "mode": "greedy"}]}, "4m": {}}),
