@@ -107,6 +107,9 @@ def summarize(phase: str, offered: float, finished: list[tuple[float, RequestRes
                       sum(r.completion_tokens for r in ok) / window_s)
 
 
+FIRST_CHUNK_TIMEOUT_S = 60.0  # a closed phase whose first chunk takes longer than this measures nothing
+
+
 class Sweeper:
     """Runs the phases of one profile's sweep against one API; `progress(fraction)` after each phase."""
 
@@ -180,18 +183,25 @@ class Sweeper:
         firsts: list[tuple[float, float]] = []
         gaps: list[tuple[float, float]] = []
         t_start = time.monotonic()
-        end = t_start + self.config.warmup_s + window_s
+        # The window opens with the first chunk: a full batch's first prefills (64 long prompts on two
+        # CPU replicas) took longer than a short window, which then saw nothing stream at all.
+        end = [t_start + FIRST_CHUNK_TIMEOUT_S + self.config.warmup_s + window_s]
 
         async def loop() -> None:
-            while time.monotonic() < end:
+            while time.monotonic() < end[0]:
                 await self._one(client, profile, rng, finished, t_start, chunks, firsts, gaps)
 
         tasks = [asyncio.create_task(loop()) for _ in range(clients)]
-        await asyncio.wait(tasks, timeout=max(0.0, end - time.monotonic()))
+        while not chunks and time.monotonic() < t_start + FIRST_CHUNK_TIMEOUT_S and not all(t.done() for t in tasks):
+            await asyncio.sleep(0.02)
+        opened = chunks[0] if chunks else 0.0
+        end[0] = t_start + opened + self.config.warmup_s + window_s
+        await asyncio.wait(tasks, timeout=max(0.0, end[0] - time.monotonic()))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        return self._point(phase, clients, finished, window_s, chunks=chunks, firsts=firsts, gaps=gaps)
+        return self._point(phase, clients, finished, window_s, chunks=chunks, firsts=firsts, gaps=gaps,
+                           opened=opened)
 
     async def _poisson(self, client, profile, rng, rate: float, window_s: float) -> SweepPoint:
         finished: list[tuple[float, RequestResult]] = []
@@ -210,8 +220,8 @@ class Sweeper:
     def _point(self, phase: str, offered: float, finished: list, window_s: float,
                arrived_before: float | None = None, chunks: list[float] | None = None,
                firsts: list[tuple[float, float]] | None = None,
-               gaps: list[tuple[float, float]] | None = None) -> SweepPoint:
-        lo, hi = self.config.warmup_s, self.config.warmup_s + window_s
+               gaps: list[tuple[float, float]] | None = None, opened: float = 0.0) -> SweepPoint:
+        lo, hi = opened + self.config.warmup_s, opened + self.config.warmup_s + window_s
         if arrived_before is None:  # closed loop: what streamed inside the window
             inside = [(t, r) for t, r in finished if lo <= t <= hi]
             # first chunks inside the window; one request at a time leaves no queue to wait out
