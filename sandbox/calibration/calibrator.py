@@ -69,7 +69,10 @@ class Calibrator:
         t0 = time.monotonic()
         proc = None
         if self.canary:
-            proc = canary_process.spawn(self.state.api_url, self.state.model_name, Path(self.state.targets_dir),
+            # Its load is what the sweep needs, not its metrics: it announces itself where Prometheus does not
+            # look. Announced among the scraped targets, it left a target behind that a later rollout's wait
+            # for every target found down for 180 s (oom-at-peak's setup deploy in the suite's verify).
+            proc = canary_process.spawn(self.state.api_url, self.state.model_name, self._unscraped_dir(),
                                         Path(self.state.run_dir) / "logs" / "calibration-canary.log",
                                         first_port=9470, seed=self.seed)
         try:
@@ -88,7 +91,7 @@ class Calibrator:
                                                   for name in self.profiles if name != reference}}
         finally:
             if proc is not None:
-                canary_process.halt(proc, Path(self.state.targets_dir))
+                canary_process.halt(proc, self._unscraped_dir())
         ref_ceiling = _point(ref_points, "ceiling")
         try:
             share = knee(ref_points, self.sweep.knee_factor) / ref_ceiling.rate
@@ -104,6 +107,11 @@ class Calibrator:
         return Calibration(self.key, time.time(), time.monotonic() - t0, reference, share, self.sweep.knee_factor,
                            profiles, tuple(p for p in ref_points if p.phase == "rate"),
                            thresholds.derive(*self.slo_basis()), tuple(warnings))
+
+    def _unscraped_dir(self) -> Path:
+        path = Path(self.state.run_dir) / "calibration-targets"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def slo_basis(self) -> tuple[float, float]:
         """The TTFT and ITL p99 of every profile's busy requests pooled."""
