@@ -42,6 +42,11 @@ class SweepConfig:
     fractions: tuple[float, ...] = (0.35, 0.6, 0.85)
     knee_factor: float = 10.0  # the knee: TTFT p99 within this factor of the one-at-a-time median
     warmup_s: float = 1.0  # requests finishing this soon after a phase starts belong to the phase before
+    # A closed phase's window stays open until this many chunks streamed in it (a count of n has a
+    # relative error near 1/sqrt(n)), up to `max_stretch` x its length: a slow stack (a short test
+    # sweep on a heavy config streamed 2 chunks in a 2.1 s window) is measured on enough of its output.
+    min_chunks: int = 100
+    max_stretch: float = 4.0
 
     def __post_init__(self):
         for name in ("single_s", "busy_s", "ceiling_s", "rate_s"):
@@ -56,6 +61,10 @@ class SweepConfig:
             raise ValueError(f"knee_factor must be > 1, got {self.knee_factor!r}")
         if not 0 <= self.warmup_s < min(self.single_s, self.busy_s, self.ceiling_s, self.rate_s):
             raise ValueError("warmup_s must be >= 0 and shorter than every phase")
+        if not 0 <= self.min_chunks <= 10_000:
+            raise ValueError(f"min_chunks must be in [0, 10000], got {self.min_chunks!r}")
+        if not 1 <= self.max_stretch <= 10:
+            raise ValueError(f"max_stretch must be in [1, 10], got {self.max_stretch!r}")
 
     def scaled(self, factor: float) -> SweepConfig:
         """Every phase `factor` times as long (a short sweep for tests), the warm-up kept within it."""
@@ -122,7 +131,10 @@ class Sweeper:
         self.busy_ttft: list[float] = []
         self.busy_itl: list[float] = []
         self.progress = progress or (lambda phase: None)
-        self.expected_chunks: float | None = None
+        self.last_closed = ""  # what the last closed phase saw, for an error that says why it measured nothing
+        # Chunks and tokens of every request this sweep saw to its end: chunks per token (0.48-0.61 here: a
+        # chunk often carries two tokens) turn a request's max_tokens into the chunks it streams.
+        self.whole_chunks = self.whole_tokens = 0
 
     def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
         """full=False: the busy and ceiling phases only (a profile whose knee is scaled from the reference's)."""
@@ -130,7 +142,6 @@ class Sweeper:
 
     async def _run(self, profile: TrafficProfile, full: bool) -> list[SweepPoint]:
         cfg = self.config
-        self.expected_chunks = sum(profile.output_tokens) / 2  # max_tokens is drawn uniformly; ignore_eos
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
         async with httpx.AsyncClient(base_url=self.api_url, limits=limits,
                                      timeout=httpx.Timeout(120.0, connect=10.0)) as client:
@@ -145,18 +156,22 @@ class Sweeper:
             points.append(ceiling)
             self.progress("ceiling")
             if ceiling.rate <= 0:
-                raise RuntimeError(f"profile {profile.name}: no request finished in the {cfg.ceiling_s:g} s "
-                                   f"throughput phase ({ceiling.errors} errors): is the stack serving?")
+                raise RuntimeError(f"profile {profile.name}: nothing streamed in the {cfg.ceiling_s:g} s "
+                                   f"throughput phase ({ceiling.errors} errors; {self.last_closed}): "
+                                   "is the stack serving?")
             for fraction in cfg.fractions if full else ():
                 points.append(await self._poisson(client, profile, rng, fraction * ceiling.rate, cfg.rate_s))
                 self.progress(f"rate {fraction:g}")
         return points
 
     async def _one(self, client, profile, rng, finished: list, t_start: float, chunks: list | None = None,
-                   firsts: list | None = None, gaps: list | None = None) -> None:
+                   firsts: list | None = None, gaps: list | None = None, asked: list | None = None) -> None:
         """One request; with `chunks`, each chunk's arrival is noted as it streams, with `firsts` each
         request's first chunk as (arrival, TTFT), with `gaps` every later one as (arrival, time since the
-        request's last): a request cut off at a window's end counts too."""
+        request's last): a request cut off at a window's end counts too. `asked`: its max_tokens."""
+        request = profile.sample(rng)
+        if asked is not None:
+            asked.append(request.max_tokens)
         sent = time.monotonic()
         seen = []
 
@@ -170,7 +185,7 @@ class Sweeper:
                 gaps.append((now - t_start, now - seen[-1]))
             seen[:] = [now]
 
-        result = await send_request(client, profile.sample(rng), self.model, None if chunks is None else on_chunk)
+        result = await send_request(client, request, self.model, None if chunks is None else on_chunk)
         finished.append((time.monotonic() - t_start, result))
 
     async def _closed(self, client, profile, rng, phase: str, clients: int, window_s: float) -> SweepPoint:
@@ -182,6 +197,7 @@ class Sweeper:
         chunks: list[float] = []
         firsts: list[tuple[float, float]] = []
         gaps: list[tuple[float, float]] = []
+        asked: list[int] = []
         t_start = time.monotonic()
         # The window opens with the first chunk: a full batch's first prefills (64 long prompts on two
         # CPU replicas) took longer than a short window, which then saw nothing stream at all.
@@ -189,19 +205,30 @@ class Sweeper:
 
         async def loop() -> None:
             while time.monotonic() < end[0]:
-                await self._one(client, profile, rng, finished, t_start, chunks, firsts, gaps)
+                await self._one(client, profile, rng, finished, t_start, chunks, firsts, gaps, asked)
 
         tasks = [asyncio.create_task(loop()) for _ in range(clients)]
         while not chunks and time.monotonic() < t_start + FIRST_CHUNK_TIMEOUT_S and not all(t.done() for t in tasks):
             await asyncio.sleep(0.02)
         opened = chunks[0] if chunks else 0.0
-        end[0] = t_start + opened + self.config.warmup_s + window_s
+        lo = t_start + opened + self.config.warmup_s
+        end[0] = lo + window_s
         await asyncio.wait(tasks, timeout=max(0.0, end[0] - time.monotonic()))
+        if phase != "single" and chunks:  # one client streams what it streams; a batch is counted on enough
+            longest = end[0] = lo + self.config.max_stretch * window_s  # the clients go on meanwhile
+            while ((sum(c >= lo - t_start for c in chunks) < self.config.min_chunks
+                    or self.whole_tokens + sum(r.completion_tokens for _, r in finished if r.status == "200") == 0)
+                   and time.monotonic() < longest and not all(t.done() for t in tasks)):
+                await asyncio.sleep(0.1)
+            end[0] = min(time.monotonic(), longest)
+            window_s = max(window_s, end[0] - lo)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.last_closed = (f"{clients} clients, first chunk after {opened:.2f} s, {len(chunks)} chunks in all, "
+                            f"last at {chunks[-1] if chunks else 0:.2f} s, {len(finished)} requests ended")
         return self._point(phase, clients, finished, window_s, chunks=chunks, firsts=firsts, gaps=gaps,
-                           opened=opened)
+                           opened=opened, asked=asked)
 
     async def _poisson(self, client, profile, rng, rate: float, window_s: float) -> SweepPoint:
         finished: list[tuple[float, RequestResult]] = []
@@ -220,7 +247,8 @@ class Sweeper:
     def _point(self, phase: str, offered: float, finished: list, window_s: float,
                arrived_before: float | None = None, chunks: list[float] | None = None,
                firsts: list[tuple[float, float]] | None = None,
-               gaps: list[tuple[float, float]] | None = None, opened: float = 0.0) -> SweepPoint:
+               gaps: list[tuple[float, float]] | None = None, opened: float = 0.0,
+               asked: list[int] | None = None) -> SweepPoint:
         lo, hi = opened + self.config.warmup_s, opened + self.config.warmup_s + window_s
         if arrived_before is None:  # closed loop: what streamed inside the window
             inside = [(t, r) for t, r in finished if lo <= t <= hi]
@@ -236,7 +264,11 @@ class Sweeper:
                 point = replace(point, requests=len(ttfts), ttft_p50_s=percentile(ttfts, 50),
                                 ttft_p99_s=percentile(ttfts, 99), itl_p50_s=percentile(itls, 50),
                                 itl_p99_s=percentile(itls, 99))
-            rate = streamed_rate(finished, lo, hi, chunks, self.expected_chunks)
+            ok = [r for _, r in finished if r.status == "200" and r.ttft_s is not None]
+            self.whole_chunks += sum(1 + len(r.chunk_gaps_s) for r in ok)
+            self.whole_tokens += sum(r.completion_tokens for r in ok)
+            per_token = self.whole_chunks / self.whole_tokens if self.whole_tokens else None
+            rate = streamed_rate(finished, lo, hi, chunks, asked, per_token)
             return point if rate is None else replace(point, rate=rate)
         # open loop: every request that arrived after the warm-up (it started at t - e2e), however late it ended
         inside = [(t, r) for t, r in finished if t - r.e2e_s >= lo]
@@ -256,19 +288,33 @@ def chunk_times(t_end: float, r: RequestResult) -> list[float]:
 
 
 def streamed_rate(finished: list[tuple[float, RequestResult]], lo: float, hi: float,
-                  chunks: list[float] | None = None, expected_chunks: float | None = None) -> float | None:
+                  chunks: list[float] | None = None, asked: list[int] | None = None,
+                  per_token: float | None = None) -> float | None:
     """Requests/s a closed loop completes, from the chunks streamed inside [lo, hi] by every request
     (those that began before the window or were still running at its end too) over the chunks a
-    finished request streams. `chunks`: every chunk's arrival (seconds from the phase's start), as
-    counted while the requests ran; without it, the finished requests' own chunks.
+    request streams to its end. `chunks`: every chunk's arrival (seconds from the phase's start), as
+    counted while the requests ran; without it, the finished requests' own chunks. `asked`: every
+    request's max_tokens (the profiles ignore EOS, so a request streams all of them): a request's
+    chunks are their mean times the chunks per token of those that finished. Without it, the finished
+    requests' mean, which a window that cancels the rest biases towards the short ones (the 3 survivors
+    of a 2.8 s ceiling had asked for 18 tokens where the window's requests asked for 31 on average: 18.7
+    requests/s where the same chunks give 10.8, and 10.7 in a 7 s ceiling). `per_token`: chunks per
+    token as measured on more requests than these (the sweep's so far).
 
     Counting whole requests that end inside a window of a few seconds counts the batches that happen
     to end in it: 4.1 to 5.9 requests/s in five 7 s ceilings here. Chunks arrive steadily, hundreds
     per window, so the same window gives the rate the stack streams at. None without streamed chunks."""
     ok = [(t, r) for t, r in finished if r.status == "200" and r.ttft_s is not None]
-    if hi <= lo or not (ok or expected_chunks):
+    if hi <= lo or not (ok or asked):
         return None
-    per_request = sum(1 + len(r.chunk_gaps_s) for _, r in ok) / len(ok) if ok else expected_chunks
+    streamed = sum(1 + len(r.chunk_gaps_s) for _, r in ok)
+    if asked:
+        tokens = sum(r.completion_tokens for _, r in ok)
+        if per_token is None:
+            per_token = streamed / tokens if tokens > 0 else 1.0
+        per_request = per_token * sum(asked) / len(asked)
+    else:
+        per_request = streamed / len(ok)
     times = chunks if chunks is not None else [c for t, r in ok for c in chunk_times(t, r)]
     inside = sum(lo <= c <= hi for c in times)
     return inside / (hi - lo) / per_request

@@ -147,6 +147,10 @@ def test_sweep_settings_are_validated_and_scaled():
         SweepConfig(fractions=(0.8, 0.4))
     with pytest.raises(ValueError, match="knee_factor"):
         SweepConfig(knee_factor=1.0)
+    with pytest.raises(ValueError, match="max_stretch"):
+        SweepConfig(max_stretch=0.5)
+    with pytest.raises(ValueError, match="min_chunks"):
+        SweepConfig(min_chunks=-1)
     short = SweepConfig().scaled(0.25)
     assert (short.single_s, short.busy_s, short.ceiling_s, short.rate_s) == (1.75, 1.25, 1.75, 1.5)
     assert short.warmup_s == 0.625
@@ -200,6 +204,12 @@ def test_a_closed_loops_rate_counts_the_chunks_streamed_inside_the_window():
     # inside [2, 6]: a's 2.5, 3.5, 4.5 and b's 3.5, 4.5, 5.5 -> 6 chunks / 4 s / 5 chunks per request
     assert streamed_rate(finished, 2.0, 6.0) == pytest.approx(0.3)
     assert streamed_rate([], 2.0, 6.0) is None
+    # the requests asked for 10 tokens each (a and b streamed 5 chunks of 2 tokens): 5 chunks a request,
+    # however short the ones that happened to finish were
+    a.completion_tokens = b.completion_tokens = 10
+    assert streamed_rate(finished, 2.0, 6.0, asked=[10, 10, 10]) == pytest.approx(0.3)
+    # two finished 10-token requests, but the window's clients asked 30 on average: a third of the rate
+    assert streamed_rate(finished, 2.0, 6.0, asked=[10, 50, 30]) == pytest.approx(0.1)
 
 
 def test_a_drill_after_a_new_calibration_waits_out_the_alerts_latency_windows():

@@ -32,7 +32,8 @@ def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
                             timeout=900, check=False)
     report = json.loads(result.stdout)
     checks = report["checks"]
-    assert report["pass"] and result.returncode == 0, json.dumps(checks, indent=1)[:4000]
+    assert report["pass"] and result.returncode == 0, (json.dumps(checks, indent=1)[:4000] if checks else
+                                                       json.dumps(report, indent=1)[:3000] + result.stderr[-3000:])
     assert checks["page"]["seconds_to_page"] <= 120 and not checks["page"]["baseline_alerts"]
     assert all(s["separated"] for s in checks["separation"]["siblings"].values())
     assert checks["no_leaks"]["hits"] == []
