@@ -87,11 +87,11 @@ class DrillPlan:
         """A new plan with every knee-unit rate in requests/s from `knees` (profile -> knee, requests/s) and
         every ceiling-unit rate from `ceilings`; ValueError naming every profile the tables lack."""
         tables = {KNEE: knees, "ceiling": ceilings or {}}
-        missing = sorted({s.knee_profile for s in self.segments
+        missing = sorted({f"the {s.unit or KNEE} of {s.knee_profile!r}" for s in self.segments
                           if s.knee is not None and s.knee_profile not in tables[s.unit or KNEE]})
         if missing:
-            raise ValueError(f"no calibrated knee for traffic profile {', '.join(map(repr, missing))}, which the "
-                             "plan's capacity-unit rates need: run `sandbox calibrate`")
+            raise ValueError(f"not calibrated: {', '.join(missing)}, which the plan's capacity-unit rates need: "
+                             "run `sandbox calibrate`")
         return replace(self, segments=[s.resolved(knees, ceilings) for s in self.segments], events=list(self.events),
                        jobs=list(self.jobs))
 

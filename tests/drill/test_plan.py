@@ -10,6 +10,7 @@ from tests.incidents.samples import VALID, edit, fake_faults
 
 INCIDENTS = Path(__file__).resolve().parents[2] / "incidents"
 KNEES = {"shared-prefix": 4.0, "documents": 3.0}  # requests/s, as `sandbox calibrate` would measure them
+CEILINGS = {"shared-prefix": 8.0, "documents": 5.0}
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +82,11 @@ def test_a_duration_shorter_than_the_injection_is_refused(ttft):
 
 def test_a_batch_job_peak_runs_beside_the_base_traffic_with_its_own_profile():
     oom = load_incident(INCIDENTS / "oom-at-peak.yaml")
-    plan = make_plan(oom, "headroom", 0, knees=KNEES)
+    plan = make_plan(oom, "headroom", 0, knees=KNEES, ceilings=CEILINGS)
     peaks = [p for p in oom.traffic.peaks if p.concurrency]
     assert [(j.start_s, j.end_s, j.concurrency, j.profile) for j in plan.jobs] == [
         (p.at_s, p.at_s + p.duration_s, p.concurrency, p.profile) for p in peaks]
-    base = oom.traffic.rate.per_second(KNEES, "shared-prefix")
+    base = oom.traffic.rate.per_second(KNEES, "shared-prefix", CEILINGS)
     assert {plan.segment_at(j.start_s + 1).rate for j in plan.jobs} == {base}  # the base goes on
 
 
@@ -123,9 +124,9 @@ def test_resolved_rates_are_the_fraction_times_the_rate_factor_times_the_knee(kn
 
 def test_a_missing_knee_is_a_value_error_naming_the_profile(knee):
     plan = make_plan(knee, "prompts-grew", 0)
-    with pytest.raises(ValueError, match="no calibrated knee for traffic profile 'documents', which the plan's"):
+    with pytest.raises(ValueError, match="not calibrated: the knee of 'documents', which the plan's"):
         plan.resolved({"shared-prefix": 4.0})
-    with pytest.raises(ValueError, match="no calibrated knee for traffic profile 'documents', 'shared-prefix'"):
+    with pytest.raises(ValueError, match="not calibrated: the knee of 'documents', the knee of 'shared-prefix'"):
         make_plan(knee, "prompts-grew", 0, knees={})
 
 
