@@ -18,13 +18,15 @@ import hashlib
 import json
 import os
 import platform
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import yaml
 
 from sandbox.calibration.capacity import Calibration, CalibrationError
 from sandbox.calibration.sweep import SweepConfig
+from services.engine.config import EngineConfig
+from services.serve.config import ServeAppConfig
 from services.stack.settings import REPO_ROOT
 
 PROFILES_FILE = REPO_ROOT / "incidents" / "profiles.py"
@@ -72,12 +74,33 @@ def catalogue_digest(incidents_dir: Path, sweep: SweepConfig) -> str:
     return digest("\n---\n".join([*parts, _read(PROFILES_FILE), *method, json.dumps(asdict(sweep), sort_keys=True)]))
 
 
+def _defaults(cls) -> dict:
+    out = {}
+    for f in fields(cls):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _without_defaults(args: dict, defaults: dict) -> dict:
+    """The settings that differ from their defaults: a deploy back to a default (`speculative_model=null`)
+    writes the key the original config left out, and serves the same."""
+    return {k: v for k, v in args.items() if not (k in defaults and defaults[k] == v)}
+
+
 def serve_digest(serve_config: Path) -> str:
     text = _read(Path(serve_config))
     try:
         data = yaml.safe_load(text)
         for app in data.get("applications", []):
-            app.get("args", {}).pop("version", None)
+            args = app.get("args", {})
+            args.pop("version", None)
+            if isinstance(args.get("engine"), dict):
+                args["engine"] = _without_defaults(args["engine"], _defaults(EngineConfig))
+            app["args"] = _without_defaults(args, {k: v for k, v in _defaults(ServeAppConfig).items()
+                                                   if k != "engine"})
         text = json.dumps(data, sort_keys=True, default=str)
     except (yaml.YAMLError, AttributeError, TypeError):
         pass  # not the config we write: its text is the key

@@ -115,6 +115,18 @@ def test_a_new_version_label_alone_is_the_same_serve_config(tmp_path):
     assert cache.serve_digest(serve) != v1
 
 
+def test_a_setting_deployed_back_to_its_default_is_the_config_that_left_it_out(tmp_path):
+    serve = tmp_path / "serve.yaml"
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v1, engine: {max_num_seqs: 32}}\n")
+    v1 = cache.serve_digest(serve)
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v3, engine: {max_num_seqs: 32, "
+                     "speculative_model: null, num_speculative_tokens: 0}}\n")
+    assert cache.serve_digest(serve) == v1
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v3, engine: {max_num_seqs: 32, "
+                     "num_speculative_tokens: 2}}\n")
+    assert cache.serve_digest(serve) != v1
+
+
 def test_a_cached_calibration_is_found_by_its_key_and_only_by_it(tmp_path):
     cal = calibration(key={"k": 1})
     cache.save(tmp_path, cal)

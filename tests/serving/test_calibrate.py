@@ -4,10 +4,13 @@ tests/calibration (the cache refuses it; a calibration that is not found is meas
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from services.stack import alerts, threshold_rules
+from services.stack.deployer import deploy_changes
 
 pytestmark = pytest.mark.stack
 
@@ -25,6 +28,13 @@ def _calibrate(stack, *args):
 
 @pytest.fixture
 def calibrated_stack(stack):
+    """The stack as `up` deployed it: test_deploy leaves the target as its own draft for the dashboard test's
+    speculative-decoding panels, and on it 64 clients streamed 2 chunks in 5 s."""
+    deployed = yaml.safe_load(Path(stack.refresh().deployed_config).read_text())
+    if deployed["applications"][0]["args"].get("engine", {}).get("speculative_model"):
+        deploy_changes(stack.cfg, stack.state, ["speculative_model=null", "num_speculative_tokens=0"], None, 240)
+    assert not yaml.safe_load(Path(stack.refresh().deployed_config).read_text())["applications"][0]["args"].get(
+        "engine", {}).get("speculative_model")
     try:
         yield stack
     finally:  # later tests read the default thresholds

@@ -12,19 +12,7 @@ from services.stack.deployer import deploy_changes
 pytestmark = pytest.mark.stack
 
 
-@pytest.fixture
-def rolled_back(stack):
-    """The stack's own config again afterwards: later tests on the session stack (the calibration's
-    throughput phase among them: 64 clients streamed 2 chunks in 5 s with the target as its own draft)
-    measure the stack as `up` deployed it."""
-    old = stack.refresh().version
-    yield stack
-    if stack.refresh().version != old:
-        deploy_changes(stack.cfg, stack.state, ["speculative_model=null", "num_speculative_tokens=0"], old, 240)
-
-
-def test_a_rolling_deploy_changes_the_version_label_without_failed_requests(rolled_back):
-    stack = rolled_back
+def test_a_rolling_deploy_changes_the_version_label_without_failed_requests(stack):
     old = stack.refresh().version
     box = {}
     # Speculative decoding with the target as its own draft: a real engine change, and the spec-decode

@@ -11,6 +11,7 @@ page on an idle machine and needed more load to keep a margin). Runs after the s
 """
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -27,6 +28,7 @@ def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
     # The calibrated path, on a short sweep (this variant pages on memory, not on how fast the machine is),
     # at test_calibrate's scale: the calibration it left in the test home is found and reused.
     env = dict(stack.env, SANDBOX_RUNS=str(tmp_path / "runs"), SANDBOX_CALIBRATION_SCALE="0.3")
+    began = time.time()
     result = subprocess.run([*stack.cli_argv(), "verify", incident, "--variant", variant, "--seed", "0",
                              "--duration", "210", "--json"], env=env, capture_output=True, text=True,
                             timeout=900, check=False)
@@ -40,3 +42,4 @@ def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
     assert not ray_cluster.head_running()  # verify stops the stack it started
     run = json.loads((tmp_path / "runs" / report["run_id"] / "run.json").read_text())
     assert set(run["calibration"]["knees_rps"]) == {"default", "long-tail", "shared-prefix"}
+    assert run["calibration"]["measured_at"] < began  # test_calibrate's, found by its key
