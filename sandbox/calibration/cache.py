@@ -26,7 +26,7 @@ import yaml
 from sandbox.calibration.capacity import Calibration, CalibrationError
 from sandbox.calibration.sweep import SweepConfig
 from services.engine.config import EngineConfig
-from services.serve.config import ServeAppConfig
+from services.serve.config import ReplicaKnobs, ServeAppConfig
 from services.stack.settings import REPO_ROOT
 
 PROFILES_FILE = REPO_ROOT / "incidents" / "profiles.py"
@@ -101,6 +101,9 @@ def serve_digest(serve_config: Path) -> str:
                 args["engine"] = _without_defaults(args["engine"], _defaults(EngineConfig))
             app["args"] = _without_defaults(args, {k: v for k, v in _defaults(ServeAppConfig).items()
                                                    if k != "engine"})
+            for deployment in app.get("deployments", []):
+                if isinstance(deployment.get("user_config"), dict):  # the replicas' runtime knobs
+                    deployment["user_config"] = _without_defaults(deployment["user_config"], _defaults(ReplicaKnobs))
         text = json.dumps(data, sort_keys=True, default=str)
     except (yaml.YAMLError, AttributeError, TypeError):
         pass  # not the config we write: its text is the key

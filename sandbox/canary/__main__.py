@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=ProberConfig.interval_s, help="seconds between probe slots")
     p.add_argument("--burst", type=int, default=ProberConfig.burst_size, help="identical requests per burst")
     p.add_argument("--seed", type=int, default=0, help="order of the accuracy prompts, seeds of seeded probes")
+    p.add_argument("--no-warm-up", action="store_true",
+                   help="steady probes from the start, without asking every consistency key alone first "
+                        "(its first answers become the references; for a calibration's load)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: never)")
     p.add_argument("--linger", type=float, default=0.0,
                    help="seconds the endpoint stays up after the last probe, so the final counts are scraped")
@@ -70,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _from_running_sandbox(args)
     try:
-        config = ProberConfig(interval_s=args.interval, burst_size=args.burst, seed=args.seed)
+        config = ProberConfig(interval_s=args.interval, burst_size=args.burst, seed=args.seed,
+                              warm_up=not args.no_warm_up)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     metrics = CanaryMetrics()

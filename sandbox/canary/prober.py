@@ -38,6 +38,9 @@ class ProberConfig:
     seed: int = 0
     timeout_s: float = 30.0
     max_in_flight: int = 32
+    # False: steady probes from the start, no references first (a calibration's canary, whose load is what
+    # matters: its comparisons are never scraped; each key's first answer becomes its reference)
+    warm_up: bool = True
 
     def __post_init__(self):
         if not 0.01 <= self.interval_s <= 60:
@@ -105,7 +108,9 @@ class CanaryProber:
         limits = httpx.Limits(max_connections=self.config.max_in_flight)
         async with httpx.AsyncClient(base_url=self.api_url, timeout=timeout, limits=limits,
                                      transport=self.transport) as client:
-            await self.warm_up(client, stop)
+            if self.config.warm_up:
+                await self.warm_up(client, stop)
+            self.warmed_up = True
             pending: set[asyncio.Task] = set()
             next_at = time.monotonic()
             while going():

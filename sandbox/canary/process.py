@@ -17,8 +17,9 @@ from services.stack.state import stop_pid
 
 
 def spawn(api_url: str, model: str, targets_dir: Path, log_file: Path, *, first_port: int = 9450,
-          interval_s: float | None = None, seed: int = 0, timeout_s: float = 15.0) -> subprocess.Popen:
-    args = ["--port", str(first_port), "--seed", str(seed)]
+          interval_s: float | None = None, seed: int = 0, timeout_s: float = 15.0,
+          warm_up: bool = True) -> subprocess.Popen:
+    args = ["--port", str(first_port), "--seed", str(seed), *(() if warm_up else ("--no-warm-up",))]
     if interval_s is not None:
         args += ["--interval", str(interval_s)]
     proc = launch(api_url, model, targets_dir, log_file, *args)
@@ -61,3 +62,30 @@ def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     """SIGTERM (it removes its target file), SIGKILL after timeout_s; reaps it."""
     stop_pid(proc.pid, timeout_s)
     proc.wait(timeout=5)
+
+
+def probing(proc: subprocess.Popen, targets_dir: Path, timeout_s: float = 60.0) -> bool:
+    """Wait until the canary has finished its warm-up (its references, one request at a time) and sends
+    its steady probes, read from its own metrics endpoint: its first accuracy probe comes after the
+    warm-up. False if it has not within timeout_s, or has exited.
+
+    A drill's traffic runs beside the steady canary (about 3 requests/s, in bursts of 4); a measurement
+    that starts during the warm-up sees a lighter stack first and a busier one later."""
+    import json
+
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            address = json.loads(target_file(targets_dir, proc.pid).read_text())[0]["targets"][0]
+            text = httpx.get(f"http://{address}/metrics", timeout=2.0).text
+        except (OSError, ValueError, KeyError, IndexError, httpx.HTTPError):
+            text = ""
+        for family in text_string_to_metric_families(text):
+            if family.name == "sandbox_canary_requests" and any(
+                    s.labels.get("probe") == "accuracy" and s.value > 0 for s in family.samples):
+                return True
+        time.sleep(0.2)
+    return False

@@ -125,6 +125,13 @@ def test_a_setting_deployed_back_to_its_default_is_the_config_that_left_it_out(t
     serve.write_text("applications:\n  - name: llm\n    args: {version: v3, engine: {max_num_seqs: 32, "
                      "num_speculative_tokens: 2}}\n")
     assert cache.serve_digest(serve) != v1
+    # a runtime knob set and then set back to null (test_reconfigure) is the knob left out
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v4, engine: {max_num_seqs: 32}}\n"
+                     "    deployments: [{name: LLMServer, user_config: {max_num_seqs: null}}]\n")
+    knobs_back = cache.serve_digest(serve)
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v1, engine: {max_num_seqs: 32}}\n"
+                     "    deployments: [{name: LLMServer, user_config: {}}]\n")
+    assert cache.serve_digest(serve) == knobs_back
 
 
 def test_a_cached_calibration_is_found_by_its_key_and_only_by_it(tmp_path):
