@@ -75,6 +75,18 @@ def test_the_warm_up_sets_every_reference_one_request_at_a_time():
     assert count(prober, CONSISTENCY) == 0 and count(prober, REQUESTS, probe="consistency") == len(prober.book)
 
 
+def test_without_a_warm_up_the_steady_probes_start_at_once_and_first_alone_answers_become_references():
+    prober = CanaryProber("http://api", "m", CanaryMetrics(), ProberConfig(interval_s=0.01, warm_up=False),
+                          transport=httpx.MockTransport(FakeAPI()))
+    asyncio.run(prober.run(max_slots=12))
+    # no reference asked first: the four alone answers (keys 0-3) become the references, and the two bursts
+    # (keys 0 and 1, after their alone answers) are compared with them
+    assert prober.warmed_up and len(prober.book) == 4
+    assert count(prober, REQUESTS, probe="consistency") == 4 + 8
+    assert count(prober, CONSISTENCY, load="alone") == 0
+    assert count(prober, CONSISTENCY, load="burst", result="match") == 8
+
+
 def test_twelve_slots_are_six_accuracy_checks_four_alone_and_two_bursts_of_four():
     assert SCHEDULE.count("accuracy") == 3 and SCHEDULE.count("alone") == 2 and SCHEDULE.count("burst") == 1
     prober = probe(FakeAPI())
