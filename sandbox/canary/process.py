@@ -7,10 +7,14 @@ caller does with `stop`.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from sandbox.canary.endpoint import target_file
 from services.stack.state import stop_pid
@@ -71,11 +75,6 @@ def probing(proc: subprocess.Popen, targets_dir: Path, timeout_s: float = 60.0) 
 
     A drill's traffic runs beside the steady canary (about 3 requests/s, in bursts of 4); a measurement
     that starts during the warm-up sees a lighter stack first and a busier one later."""
-    import json
-
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:
