@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -134,8 +135,9 @@ async def _stream(client: httpx.AsyncClient, req: SampledRequest, model: str, t0
 
 async def run_traffic(api_url: str, model: str, profile: TrafficProfile, rate: float, duration_s: float,
                       seed: int = 0, exporter=None, stats: TrafficStats | None = None,
-                      max_in_flight: int = 512) -> TrafficStats:
-    """Poisson arrivals at `rate` requests/s for `duration_s`, then wait for the stragglers."""
+                      max_in_flight: int = 512, stop: threading.Event | None = None) -> TrafficStats:
+    """Poisson arrivals at `rate` requests/s for `duration_s` (or until `stop` is set), then wait for the
+    stragglers."""
     if rate <= 0 or duration_s <= 0:
         raise ValueError("rate and duration must be positive")
     rng = random.Random(seed)
@@ -161,6 +163,8 @@ async def run_traffic(api_url: str, model: str, profile: TrafficProfile, rate: f
             if next_at - start > duration_s:
                 break
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if stop is not None and stop.is_set():
+                break
             task = asyncio.create_task(one(profile.sample(rng)))
             stats.sent += 1
             pending.add(task)
