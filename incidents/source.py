@@ -66,23 +66,38 @@ class Problems:
 
 def load_marked(text: str, file: str) -> tuple[Any, dict[Path_, int]]:
     """Parse one YAML document; raise IncidentError on syntax errors, duplicate or non-string keys."""
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # a character YAML does not allow (NUL) is refused here already
         node = loader.get_single_node()
         lines: dict[Path_, int] = {(): 1}
         problems = Problems(file, lines)
-        data = _convert(loader, node, (), lines, problems) if node is not None else None
+        data = _convert(loader, node, (), lines, problems, set()) if node is not None else None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        char = chr(e.character) if isinstance(e.character, int) else e.character
+        raise IncidentError([Problem(file, line, "", f"YAML syntax: character {char!r} is not allowed "
+                                                     f"in YAML ({e.reason})")]) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         message = getattr(e, "problem", None) or str(e)
         raise IncidentError([Problem(file, mark.line + 1 if mark else 1, "", f"YAML syntax: {message}")]) from e
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     problems.raise_if_any()
     return data, lines
 
 
-def _convert(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: dict, problems: Problems) -> Any:
+def _convert(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: dict, problems: Problems,
+             seen: set[int]) -> Any:
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        # An alias (*name) to a block is the same node again: seven lines of nested aliases made 4.8 million
+        # nodes and never finished loading. No file of ours needs one; a scalar's alias stays allowed.
+        if id(node) in seen:
+            problems.add(path, "repeats an anchored block (*alias): write the block out where it is used")
+            return None
+        seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         for key_node, value_node in node.value:
@@ -93,12 +108,12 @@ def _convert(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: dict,
             lines[path + (key,)] = key_node.start_mark.line + 1
             if key in out:
                 problems.add(path + (key,), "duplicate key")
-            out[key] = _convert(loader, value_node, path + (key,), lines, problems)
+            out[key] = _convert(loader, value_node, path + (key,), lines, problems, seen)
         return out
     if isinstance(node, yaml.SequenceNode):
         items = []
         for i, item in enumerate(node.value):
             lines[path + (i,)] = item.start_mark.line + 1
-            items.append(_convert(loader, item, path + (i,), lines, problems))
+            items.append(_convert(loader, item, path + (i,), lines, problems, seen))
         return items
     return loader.construct_object(node, deep=True)
