@@ -1,0 +1,174 @@
+"""Churn: drills in a row, each ended a way drawn at random at a random moment; after each, nothing is left.
+
+    .venv/bin/python bench/churn.py --drills 50 > churn.jsonl      # about 2-3 minutes a drill here
+
+Each drill is `sandbox drill --random --headless --duration 240 --json` at a fresh seed, in its own
+process group, with its own runs directory. At a moment drawn from [5 s, 200 s] (so some land in the
+stack's start, some mid-injection or mid-rollout, some after the page) it is ended one of the ways a
+drill ends in the field:
+
+    sigint         one Ctrl-C
+    sigint-twice   Ctrl-C, then another 2 s later (during the teardown: it must go on)
+    sigterm        SIGTERM (a supervisor, `kill`)
+    sighup         SIGHUP (the terminal closed, the SSH session dropped)
+    closed-stdout  the reader of its standard output goes away (`| tee` ended by Ctrl-C)
+    sigkill        SIGKILL, then `sandbox down` (nothing of the drill runs its teardown)
+    duration       nothing: the drill runs its --duration and ends by itself
+
+Then it checks what was left: processes of Ray, Prometheus, the canary or the sandbox CLI; the
+sandbox's cgroups (CPU quotas); its listening ports; containers (when a Docker engine answers);
+and that the run's `run.json` names how it ended. One JSON line per drill, then a summary line.
+Not a test: it runs for hours (the suite keeps one representative of each ending).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from services.stack.settings import SandboxConfig
+
+ENDINGS = ("sigint", "sigint-twice", "sigterm", "sighup", "closed-stdout", "sigkill", "duration")
+MARKS = ("raylet", "gcs_server", "ray::", "dashboard/dashboard.py", "dashboard/agent.py", "default_worker.py",
+         "sandbox.canary", "sandbox.cli", "prometheus --config.file")
+DURATION_S = 240
+ENDED_BY_ITSELF_S = 600  # a drill that outlives this after its ending is counted as hung
+
+
+def leftovers(cfg: SandboxConfig) -> dict:
+    """What of a sandbox is still here: processes, cgroups, listening ports, containers."""
+    procs = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cmd and state != "Z" and any(m in cmd for m in MARKS) and "bench/churn.py" not in cmd:
+            procs.append(f"{entry.name} {cmd[:120]}")
+    cgroups = [p.name for p in Path("/sys/fs/cgroup/cpu").glob("sandbox-*")] \
+        if Path("/sys/fs/cgroup/cpu").is_dir() else []
+    ports = {getattr(cfg, n) for n in ("ray_port", "dashboard_port", "metrics_export_port", "api_port",
+                                        "prometheus_port")}
+    listening = sorted(p for p in _listening_ports() if p in ports)
+    return {"processes": procs, "cgroups": cgroups, "ports": listening, "containers": _containers()}
+
+
+def _listening_ports() -> set[int]:
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 3 and parts[3] == "0A":  # LISTEN
+                out.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return out
+
+
+def _containers() -> list[str]:
+    try:
+        done = subprocess.run(["docker", "ps", "-q", "--filter", "name=sandbox"], capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.split() if done.returncode == 0 else []
+
+
+def one_drill(i: int, rng: random.Random, work: Path, cfg: SandboxConfig) -> dict:
+    ending, at_s, seed = rng.choice(ENDINGS), round(rng.uniform(5, 200), 1), rng.randrange(2**31)
+    runs = work / f"runs-{i:03d}"
+    env = dict(os.environ, SANDBOX_RUNS=str(runs))
+    argv = [sys.executable, "-m", "sandbox.cli", "drill", "--random", "--seed", str(seed), "--headless",
+            "--duration", str(DURATION_S), "--json"]
+    with open(work / f"drill-{i:03d}.log", "wb") as log:
+        out = subprocess.PIPE if ending == "closed-stdout" else log
+        began = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=log, start_new_session=True)
+        record = {"drill": i, "seed": seed, "ending": ending, "at_s": at_s}
+        if ending != "duration":
+            while proc.poll() is None and time.monotonic() - began < at_s:
+                time.sleep(0.2)
+            if proc.poll() is None:
+                _end(proc, ending)
+        try:
+            proc.wait(timeout=ENDED_BY_ITSELF_S)
+        except subprocess.TimeoutExpired:
+            record["hung"] = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    record["exit"] = proc.returncode
+    if ending == "sigkill" or record.get("hung"):
+        down = subprocess.run([sys.executable, "-m", "sandbox.cli", "down"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        record["down_exit"] = down.returncode
+    record["seconds"] = round(time.monotonic() - began, 1)
+    run_files = sorted(runs.glob("*/run.json"))
+    statuses = [json.loads(p.read_text()).get("status") for p in run_files]
+    record["run_status"] = statuses[-1] if statuses else None  # None: it ended before a run began
+    record["left"] = leftovers(cfg)
+    record["clean"] = not any(record["left"].values()) and record["run_status"] != "running"
+    return record
+
+
+def _end(proc: subprocess.Popen, ending: str) -> None:
+    if ending == "sigint-twice":
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(2.0)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+    elif ending == "closed-stdout":
+        proc.stdout.close()
+    else:
+        sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP,
+               "sigkill": signal.SIGKILL}[ending]
+        os.killpg(proc.pid, sig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--drills", type=int, default=50, help="how many drills in a row (default 50)")
+    ap.add_argument("--seed", type=int, default=None, help="the draw of endings and moments (default: random)")
+    args = ap.parse_args()
+    if args.drills < 1:
+        ap.error("--drills must be at least 1")
+    cfg = SandboxConfig.from_env()
+    before = leftovers(cfg)
+    if any(before.values()):
+        print(json.dumps({"error": "a sandbox is running already: `sandbox down` first", "left": before}))
+        return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    rng = random.Random(seed)
+    work = Path(tempfile.mkdtemp(prefix="churn-"))
+    counts: dict = {"seed": seed, "work": str(work), "drills": 0, "clean": 0, "by_ending": {}}
+    for i in range(args.drills):
+        record = one_drill(i, rng, work, cfg)
+        print(json.dumps(record), flush=True)
+        counts["drills"] += 1
+        counts["clean"] += record["clean"]
+        by = counts["by_ending"].setdefault(record["ending"], {"drills": 0, "clean": 0})
+        by["drills"] += 1
+        by["clean"] += record["clean"]
+        if not record["clean"]:  # the next drill would start on what this one left
+            subprocess.run([sys.executable, "-m", "sandbox.cli", "down"], cwd=REPO, capture_output=True,
+                           timeout=300, check=False)
+    print(json.dumps({"summary": counts}))
+    return 0 if counts["clean"] == counts["drills"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
