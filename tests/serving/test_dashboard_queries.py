@@ -31,7 +31,7 @@ from services.stack.serve_control import ServeControl, running_replicas
 pytestmark = pytest.mark.stack
 
 CANARY_PORT = 19460  # away from test_canary's (19450) and a person's sandbox
-TRAFFIC_S, RATE = 60.0, 3.0
+TRAFFIC_S, RATE = 240.0, 3.0
 EXPRESSIONS = [e for p in board_files() for e in dashboard_expressions(p)] + \
               [e for p in rule_files() for e in rule_expressions(p)]
 
@@ -71,11 +71,11 @@ def answers(stack, tmp_path_factory):
     state = stack.refresh()
     exporter = TrafficExporter("default", stack.cfg.host, stack.cfg.traffic_port, state.targets_dir,
                                linger_s=2 * stack.cfg.scrape_interval_s + 0.5)
-    box = {}
+    box, stop = {}, threading.Event()
 
-    def traffic():
+    def traffic():  # until every expression is queried (TRAFFIC_S at most)
         box["stats"] = asyncio.run(run_traffic(state.api_url, state.model_name, PROFILES["default"], RATE, TRAFFIC_S,
-                                               seed=21, exporter=exporter))
+                                               seed=21, exporter=exporter, stop=stop))
 
     thread = threading.Thread(target=traffic, daemon=True)
     # Without the warm-up (the references asked one at a time, 10-15 s here): what is judged is that every
@@ -106,6 +106,7 @@ def answers(stack, tmp_path_factory):
             rows = _query_all(stack)
         rows["__seconds__"] = time.monotonic() - started
     finally:
+        stop.set()
         thread.join(TRAFFIC_S + 60)
         exporter.close()
         process.stop(canary)
