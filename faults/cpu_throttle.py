@@ -92,6 +92,26 @@ class QuotaGroup:
             time.sleep(0.05)
 
 
+def remove_left_groups() -> list[str]:
+    """Remove the sandbox's quota groups that no process is in any more, and say which.
+
+    A drill killed before its revert (SIGKILL) leaves its group behind; once its stack is stopped the
+    replica that was in it is gone, so `sandbox down` clears it from any state. A group that still
+    holds a live process is a fault at work (another sandbox's, or this one's still running) and stays.
+    """
+    removed = []
+    for mount in cpu_mounts():
+        for path in sorted(mount.path.glob("sandbox-*")):
+            if not path.is_dir() or _pids(path):
+                continue
+            try:
+                QuotaGroup(mount, path).remove(timeout_s=2.0)
+            except OSError:
+                continue  # a process moved in meanwhile: not ours to take
+            removed.append(str(path))
+    return removed
+
+
 def _new_dir(parent: Path) -> Path:
     for n in range(1, 1000):
         path = parent / f"sandbox-{n}"

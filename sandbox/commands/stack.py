@@ -78,6 +78,12 @@ def down(as_json: bool = typer.Option(False, "--json", help="print one JSON obje
         fail("the running sandbox is the Docker Compose stack: `sandbox down --backend compose` stops it", code=2)
     else:
         report = Stack(cfg, steps).down()
+    from faults.cpu_throttle import remove_left_groups
+
+    # What a drill killed mid-fault (SIGKILL) leaves outside the processes just stopped: its CPU quota groups.
+    if groups := remove_left_groups():
+        report = {**report, "stopped": [*report.get("stopped", []), f"{len(groups)} CPU quota group(s)"],
+                  "cgroups_removed": groups}
     if as_json:
         print_json(report)
     elif not report["stopped"]:

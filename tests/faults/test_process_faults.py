@@ -98,6 +98,27 @@ def test_cpu_throttle_revert_after_the_process_died_removes_the_group(ctx, child
     assert not group.exists()
 
 
+@needs_cgroup
+def test_down_removes_the_group_a_killed_drill_left_and_keeps_one_at_work(ctx, child):
+    from faults.cpu_throttle import QuotaGroup, remove_left_groups
+
+    # A drill SIGKILLed after its injection: no revert ran, and the stack stopped its replica since.
+    build({"type": "cpu-throttle", "replica": 0, "cpu_fraction": 0.5}).inject(ctx)
+    left = cgroup_of(child.pid, cpu_mount())
+    child.kill()
+    child.wait()
+    other = subprocess.Popen(["sleep", "60"])  # a quota still at work on a live process
+    working = QuotaGroup.create(0.5)
+    try:
+        working.add(other.pid)
+        assert str(left) in remove_left_groups()
+        assert not left.exists() and working.path.exists()
+    finally:
+        other.kill()
+        other.wait()
+        working.remove()
+
+
 def test_pause_stops_the_process_and_resumes_it_when_its_time_is_up(ctx, child):
     fault = build({"type": "pause", "replica": 0, "seconds": 1.0})
     fault.inject(ctx)
