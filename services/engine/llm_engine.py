@@ -143,10 +143,10 @@ class LLMEngine:
                           ignore_eos=params.ignore_eos, stop_token_ids=tuple(params.stop_token_ids),
                           sampling_params=params,
                           arrival_time=time.monotonic() if arrival_time is None else arrival_time)
-        self.scheduler.add_request(request)
         generator = self._shared_generator
-        if generator is None:
+        if generator is None:  # before the scheduler holds the request: a failure here leaves no half-added one
             generator = torch.Generator().manual_seed(seed)
+        self.scheduler.add_request(request)
         self._states[request_id] = RequestState(request, text, params, generator)
         self.stats.prompt_tokens_total += len(ids)
         return request_id

@@ -1,7 +1,10 @@
 """Per-request sampling parameters, shaped like vLLM's `SamplingParams`."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+INT64_MAX = 2**63 - 1  # top_k becomes an int64 tensor
 
 
 @dataclass
@@ -16,16 +19,18 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature < math.inf:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < -1:
+        if not isinstance(self.top_k, int) or not -1 <= self.top_k <= INT64_MAX:
             raise ValueError(f"top_k must be -1, 0 (off) or a positive integer, got {self.top_k!r}")
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        # torch's generators take a seed in [-2**63, 2**64 - 1]; a larger one failed inside the engine's step
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                                      or not -(2**63) <= self.seed < 2**64):
+            raise ValueError(f"seed must be an integer in [-2**63, 2**64 - 1], got {self.seed!r}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])

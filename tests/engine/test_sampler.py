@@ -72,3 +72,17 @@ def test_greedy_verification_accepts_while_the_draft_matches_the_argmax():
     assert (tokens, accepted) == ([1, 2, 3], 2)
     tokens, accepted = verify([1, 2, 3], torch.eye(5)[[1, 2, 3]], p, torch.Generator(), greedy=True)
     assert (tokens, accepted) == ([1, 2, 3, 4], 3)
+
+
+@pytest.mark.parametrize("kwargs,field", [({"seed": 10**30}, "seed"), ({"seed": True}, "seed"),
+                                          ({"top_k": 10**30}, "top_k"), ({"temperature": float("inf")}, "temperature"),
+                                          ({"temperature": float("nan")}, "temperature")])
+def test_a_value_the_engine_cannot_use_is_refused_naming_its_field(kwargs, field):
+    # A seed past torch's range once failed inside the engine, after the scheduler had taken the request:
+    # the next step found no state for it and the replica's engine died for every client.
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_the_whole_range_of_torch_seeds_is_accepted():
+    assert SamplingParams(seed=2**64 - 1).seed == 2**64 - 1 and SamplingParams(seed=-(2**63)).seed == -(2**63)

@@ -52,6 +52,16 @@ def test_wrong_types_are_a_400_naming_the_field(stack):
     assert_openai_error(post(stack, "/v1/chat/completions", body), 400, param="messages")
 
 
+def test_a_seed_past_the_engines_range_is_a_400_and_the_replica_serves_on(stack):
+    # Found by the API fuzzer's first run in-process: it once killed the replica's engine for every client.
+    for _ in range(2):  # both replicas, most likely
+        with pytest.raises(openai.BadRequestError) as e:
+            stack.openai().completions.create(model=stack.model, prompt="copy: a -> ", max_tokens=2, seed=10**30)
+        assert "seed" in e.value.body["message"]
+    out = stack.openai().completions.create(model=stack.model, prompt="copy: ab -> ", max_tokens=2, seed=5)
+    assert out.usage.completion_tokens >= 1
+
+
 def test_the_server_still_serves_after_bad_requests(stack):
     out = stack.openai().completions.create(model=stack.model, prompt="sort: cba -> ", max_tokens=4, temperature=0)
     assert out.usage.completion_tokens >= 1
