@@ -53,7 +53,7 @@ def test_wrong_types_are_a_400_naming_the_field(stack):
 
 
 def test_a_seed_past_the_engines_range_is_a_400_and_the_replica_serves_on(stack):
-    # Found by the API fuzzer's first run in-process: it once killed the replica's engine for every client.
+    # Found while preparing the API fuzzer (an absurd seed on the engine): it killed the replica's engine for every client.
     for _ in range(2):  # both replicas, most likely
         with pytest.raises(openai.BadRequestError) as e:
             stack.openai().completions.create(model=stack.model, prompt="copy: a -> ", max_tokens=2, seed=10**30)
