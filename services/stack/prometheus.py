@@ -25,8 +25,10 @@ def start_server(binary: str, config_file: Path, data_dir: Path, listen: str, lo
                  extra_args: tuple[str, ...] = ()) -> subprocess.Popen:
     """Start Prometheus in its own session, so the caller's Ctrl-C does not kill it mid-teardown."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    # No lifecycle API (/-/quit, /-/reload): anyone on loopback, a candidate too, could stop or reload it
+    # mid-drill; the sandbox reloads its rules with SIGHUP. The admin API stays for the run's TSDB snapshot.
     cmd = [binary, f"--config.file={config_file}", f"--storage.tsdb.path={data_dir}",
-           f"--web.listen-address={listen}", "--web.enable-lifecycle", "--web.enable-admin-api",
+           f"--web.listen-address={listen}", "--web.enable-admin-api",
            "--storage.tsdb.retention.time=7d", "--log.level=warn", *extra_args]
     with open(log_file, "ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -116,5 +118,3 @@ class PrometheusClient:
             raise PrometheusError(f"snapshot failed ({resp.status_code}): {resp.text[:300]}")
         return resp.json()["data"]["name"]
 
-    def reload(self) -> None:
-        self._http.post(f"{self.url}/-/reload").raise_for_status()

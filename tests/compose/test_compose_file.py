@@ -146,6 +146,7 @@ def test_prometheus_loads_the_repos_rule_files_and_the_generated_config():
     assert ray_sd.startswith("/tmp/ray/") and mounts["/tmp/ray"] == "ray-head-tmp"
     assert _mounts(_services()["ray-head"])["/tmp/ray"] == "ray-head-tmp"
     assert "--web.enable-admin-api" in prometheus["command"]  # a drill keeps a TSDB snapshot
+    assert "--web.enable-lifecycle" not in prometheus["command"]  # nobody stops or reloads it over HTTP
 
 
 def test_the_committed_prometheus_config_is_what_sandbox_generates():
