@@ -79,6 +79,10 @@ def down(as_json: bool = typer.Option(False, "--json", help="print one JSON obje
     else:
         report = Stack(cfg, steps).down()
     from faults.cpu_throttle import remove_left_groups
+    from sandbox.drill.record import close_killed_drill
+
+    if killed := close_killed_drill(cfg.home, cfg.keys_dir):  # its record says how it ended
+        report = {**report, "stopped": [*report.get("stopped", []), "a killed drill's record"], "killed_drill": killed}
 
     # What a drill killed mid-fault (SIGKILL) leaves outside the processes just stopped: its CPU quota groups.
     if groups := remove_left_groups():

@@ -43,6 +43,28 @@ def read_live_marker(path: Path) -> dict | None:
     return info
 
 
+def close_killed_drill(home: Path, keys_dir: Path) -> str | None:
+    """The run of a drill that died without its clean-up (SIGKILL, a machine's OOM killer): its drill marker
+    names a process that is gone. Its run.json says so (status "killed") and the marker goes; returns the
+    run's directory, or None when no such drill is left."""
+    marker = Path(home) / DRILL_FILE
+    if not marker.is_file() or running_drill(home) is not None:
+        return None
+    try:
+        info = json.loads(marker.read_text())
+        record = RunRecord.open(Path(info["run_dir"]), keys_dir)
+        if record.public().get("status") == "running":
+            record.update_public(status="killed", ended=time.time(),
+                                 error="the drill's process ended without its clean-up (killed); "
+                                       "`sandbox down` stopped what it had started")
+            record.event("drill ended", None, status="killed")
+        run_dir = str(record.dir)
+    except (OSError, ValueError, KeyError, TypeError):
+        run_dir = None
+    marker.unlink(missing_ok=True)
+    return run_dir
+
+
 def new_run_id() -> str:
     """The time (sortable) and a random tag (unique): nothing of the incident, which the candidate may
     learn only from the page (a run directory is in plain sight from the first second)."""

@@ -1,10 +1,13 @@
 """The run directory: public files for the candidate, the answer sealed with a key kept elsewhere."""
 import json
+import os
+import subprocess
+import sys
 import re
 
 import pytest
 
-from sandbox.drill.record import RunRecord, new_run_id
+from sandbox.drill.record import DRILL_FILE, RunRecord, close_killed_drill, new_run_id
 
 
 def test_the_sealed_answer_reads_back_only_with_its_key(tmp_path):
@@ -46,3 +49,36 @@ def test_a_run_id_is_the_time_and_a_random_tag_and_names_no_incident():
     ids = {new_run_id() for _ in range(20)}
     assert len(ids) == 20
     assert all(re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", i) for i in ids), ids
+
+
+def _marker(home, pid: int, run_dir) -> None:
+    (home / DRILL_FILE).write_text(json.dumps({"pid": pid, "run_dir": str(run_dir), "mode": "drill"}))
+
+
+def test_a_killed_drills_run_is_closed_as_killed_and_its_marker_removed(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    rec = RunRecord.create(tmp_path / "runs", tmp_path / "keys", "r1", {"status": "running", "page": None})
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid nobody has any more: the drill that was SIGKILLed
+    _marker(home, gone.pid, rec.dir)
+    assert close_killed_drill(home, tmp_path / "keys") == str(rec.dir)
+    public = rec.public()
+    assert public["status"] == "killed" and public["ended"] > 0 and "killed" in public["error"]
+    assert not (home / DRILL_FILE).exists()
+    assert close_killed_drill(home, tmp_path / "keys") is None  # once
+
+
+def test_a_live_drill_and_a_finished_run_are_left_alone(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    rec = RunRecord.create(tmp_path / "runs", tmp_path / "keys", "r2", {"status": "running", "page": None})
+    _marker(home, os.getpid(), rec.dir)  # alive: a drill at work
+    assert close_killed_drill(home, tmp_path / "keys") is None and (home / DRILL_FILE).exists()
+    rec.update_public(status="ended")
+    (home / DRILL_FILE).unlink()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _marker(home, gone.pid, rec.dir)
+    close_killed_drill(home, tmp_path / "keys")
+    assert rec.public()["status"] == "ended"  # it had said how it ended
