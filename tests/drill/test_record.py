@@ -1,9 +1,9 @@
 """The run directory: public files for the candidate, the answer sealed with a key kept elsewhere."""
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 
 import pytest
 
