@@ -5,9 +5,10 @@
               the most requests per second the stack completes (its throughput ceiling)
     rates     Poisson arrivals at fractions of the ceiling: latency as load approaches it
 
-Every phase is measured on the requests that *finished* inside its window, after the
-first ones (warm-up) have come back, so a phase's figures are its own and not its
-predecessor's queue. The knee is the highest rate whose TTFT p99 stays within
+Every phase is measured after its first second (warm-up), so its figures are its own and
+not its predecessor's queue: a closed loop on what streamed inside its window, a rate on the
+requests that arrived in it (each one's first chunk, however late; what still decodes once
+every arrival has begun streaming is cancelled). The knee is the highest rate whose TTFT p99 stays within
 `knee_factor` of the one-at-a-time TTFT (linear between measured rates): beyond it a
 queue builds faster than the stack drains it. The one-at-a-time figure is the median:
 a handful of idle requests give a steady median, while their p99 is their slowest one
@@ -238,48 +239,77 @@ class Sweeper:
                            opened=opened, asked=asked)
 
     async def _poisson(self, client, profile, rng, rate: float, window_s: float) -> SweepPoint:
+        """Poisson arrivals for the window. Once every arrival has streamed its first chunk (its TTFT: what the
+        knee reads), what is still decoding is cancelled: the knee has what it needs, and waiting for the last
+        arrivals' whole answers took a few seconds a rate here (three rates, about a tenth of a calibration)."""
         finished: list[tuple[float, RequestResult]] = []
+        chunks: list[float] = []
+        firsts: list[tuple[float, float]] = []
+        gaps: list[tuple[float, float]] = []
         t_start = time.monotonic()
         arrivals = random.Random(f"arrivals/{profile.name}/{rate:.6f}/{self.seed}")
-        pending, t = set(), 0.0
+        pending, t, sent = set(), 0.0, 0
         while (t := t + arrivals.expovariate(rate)) < self.config.warmup_s + window_s:
             await asyncio.sleep(max(0.0, t_start + t - time.monotonic()))
-            task = asyncio.create_task(self._one(client, profile, rng, finished, t_start))
+            task = asyncio.create_task(self._one(client, profile, rng, finished, t_start, chunks, firsts, gaps))
+            sent += 1
             pending.add(task)
             task.add_done_callback(pending.discard)
-        if pending:  # what arrived in the window finishes: a phase's queue is its own
-            await asyncio.wait(pending, timeout=60)
-        return self._point("rate", rate, finished, window_s, arrived_before=self.config.warmup_s + window_s)
+        deadline = time.monotonic() + FIRST_CHUNK_TIMEOUT_S  # what arrived in the window is answered: its queue
+        while pending and time.monotonic() < deadline and \
+                len(firsts) + sum(r.ttft_s is None for _, r in finished) < sent:
+            await asyncio.sleep(0.05)
+        for task in list(pending):
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        hi = time.monotonic() - t_start
+        return self._open_point(rate, finished, firsts, gaps, chunks, window_s, hi)
+
+    def _open_point(self, rate: float, finished: list, firsts: list, gaps: list, chunks: list, window_s: float,
+                    hi: float) -> SweepPoint:
+        """An open loop's figures: every request that arrived after the warm-up (it began streaming at
+        `at - ttft`), however late its first chunk came; the gaps and chunks streamed from the warm-up until
+        the phase closed. Requests/s are those arrivals over the window; tokens/s the chunks streamed over
+        the chunks per token measured on whole requests."""
+        lo = self.config.warmup_s
+        ttfts = [ttft for at, ttft in firsts if at - ttft >= lo]
+        itls = [gap for at, gap in gaps if at >= lo]
+        ok = [r for _, r in finished if r.status == "200" and r.ttft_s is not None]
+        self.whole_chunks += sum(1 + len(r.chunk_gaps_s) for r in ok)
+        self.whole_tokens += sum(r.completion_tokens for r in ok)
+        errors = sum(1 for t, r in finished if r.status != "200" and t - r.e2e_s >= lo)
+        per_token = self.whole_chunks / self.whole_tokens if self.whole_tokens else 1.0
+        streamed = sum(c >= lo for c in chunks)
+        return SweepPoint("rate", rate, len(ttfts), errors, len(ttfts) / window_s, percentile(ttfts, 50),
+                          percentile(ttfts, 99), percentile(itls, 50), percentile(itls, 99),
+                          streamed / per_token / max(1e-9, hi - lo))
 
     def _point(self, phase: str, offered: float, finished: list, window_s: float,
-               arrived_before: float | None = None, chunks: list[float] | None = None,
+               chunks: list[float] | None = None,
                firsts: list[tuple[float, float]] | None = None,
                gaps: list[tuple[float, float]] | None = None, opened: float = 0.0,
                asked: list[int] | None = None) -> SweepPoint:
+        """A closed loop's figures: what streamed inside the window."""
         lo, hi = opened + self.config.warmup_s, opened + self.config.warmup_s + window_s
-        if arrived_before is None:  # closed loop: what streamed inside the window
-            inside = [(t, r) for t, r in finished if lo <= t <= hi]
-            # first chunks inside the window; one request at a time leaves no queue to wait out
-            ttfts = [ttft for at, ttft in firsts or () if (0.0 if phase == "single" else lo) <= at <= hi]
-            if phase == "busy":
-                self.busy_ttft += ttfts
-            itls = [gap for at, gap in gaps or () if lo <= at <= hi]
-            if phase == "busy":
-                self.busy_itl += itls
-            point = summarize(phase, offered, inside, window_s)
-            if firsts is not None:
-                point = replace(point, requests=len(ttfts), ttft_p50_s=percentile(ttfts, 50),
-                                ttft_p99_s=percentile(ttfts, 99), itl_p50_s=percentile(itls, 50),
-                                itl_p99_s=percentile(itls, 99))
-            ok = [r for _, r in finished if r.status == "200" and r.ttft_s is not None]
-            self.whole_chunks += sum(1 + len(r.chunk_gaps_s) for r in ok)
-            self.whole_tokens += sum(r.completion_tokens for r in ok)
-            per_token = self.whole_chunks / self.whole_tokens if self.whole_tokens else None
-            rate = streamed_rate(finished, lo, hi, chunks, asked, per_token)
-            return point if rate is None else replace(point, rate=rate)
-        # open loop: every request that arrived after the warm-up (it started at t - e2e), however late it ended
-        inside = [(t, r) for t, r in finished if t - r.e2e_s >= lo]
-        return summarize(phase, offered, inside, window_s)
+        inside = [(t, r) for t, r in finished if lo <= t <= hi]
+        # first chunks inside the window; one request at a time leaves no queue to wait out
+        ttfts = [ttft for at, ttft in firsts or () if (0.0 if phase == "single" else lo) <= at <= hi]
+        if phase == "busy":
+            self.busy_ttft += ttfts
+        itls = [gap for at, gap in gaps or () if lo <= at <= hi]
+        if phase == "busy":
+            self.busy_itl += itls
+        point = summarize(phase, offered, inside, window_s)
+        if firsts is not None:
+            point = replace(point, requests=len(ttfts), ttft_p50_s=percentile(ttfts, 50),
+                            ttft_p99_s=percentile(ttfts, 99), itl_p50_s=percentile(itls, 50),
+                            itl_p99_s=percentile(itls, 99))
+        ok = [r for _, r in finished if r.status == "200" and r.ttft_s is not None]
+        self.whole_chunks += sum(1 + len(r.chunk_gaps_s) for r in ok)
+        self.whole_tokens += sum(r.completion_tokens for r in ok)
+        per_token = self.whole_chunks / self.whole_tokens if self.whole_tokens else None
+        rate = streamed_rate(finished, lo, hi, chunks, asked, per_token)
+        return point if rate is None else replace(point, rate=rate)
 
 
 def chunk_times(t_end: float, r: RequestResult) -> list[float]:
