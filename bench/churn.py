@@ -36,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from services.stack.ports import listening_ports
 from services.stack.settings import SandboxConfig
 
 ENDINGS = ("sigint", "sigint-twice", "sigterm", "sighup", "closed-stdout", "sigkill", "duration")
@@ -62,22 +63,8 @@ def leftovers(cfg: SandboxConfig) -> dict:
         if Path("/sys/fs/cgroup/cpu").is_dir() else []
     ports = {getattr(cfg, n) for n in ("ray_port", "dashboard_port", "metrics_export_port", "api_port",
                                         "prometheus_port")}
-    listening = sorted(p for p in _listening_ports() if p in ports)
+    listening = sorted(ports & listening_ports())
     return {"processes": procs, "cgroups": cgroups, "ports": listening, "containers": _containers()}
-
-
-def _listening_ports() -> set[int]:
-    out = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 3 and parts[3] == "0A":  # LISTEN
-                out.add(int(parts[1].rsplit(":", 1)[1], 16))
-    return out
 
 
 def _containers() -> list[str]:

@@ -31,8 +31,9 @@ def free(host: str, port: int) -> bool:
     return True
 
 
-def _listening_inodes(port: int) -> set[str]:
-    inodes = set()
+def _listening() -> list[tuple[int, str]]:
+    """(port, socket inode) of every TCP socket listening on this machine (IPv4 and IPv6)."""
+    out = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -40,9 +41,17 @@ def _listening_inodes(port: int) -> set[str]:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 9 and fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    return inodes
+            if len(fields) > 9 and fields[3] == _LISTEN:
+                out.append((int(fields[1].rsplit(":", 1)[1], 16), fields[9]))
+    return out
+
+
+def listening_ports() -> set[int]:
+    return {port for port, _ in _listening()}
+
+
+def _listening_inodes(port: int) -> set[str]:
+    return {inode for p, inode in _listening() if p == port}
 
 
 def holder(port: int) -> str | None:
