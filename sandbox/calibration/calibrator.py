@@ -64,6 +64,7 @@ class Calibrator:
         self.canary, self.seed = canary, seed
         self.busy_ttft: list[float] = []  # pooled over every profile's busy phase
         self.busy_itl: list[float] = []
+        self.busy_tpot: list[float] = []
 
     def run(self) -> Calibration:
         t0 = time.monotonic()
@@ -90,6 +91,7 @@ class Calibrator:
                 self.progress(0.0, f"{reference}: disturbed, measuring again")
                 self.busy_ttft.clear()  # the disturbed phases are not the stack's
                 self.busy_itl.clear()
+                self.busy_tpot.clear()
                 ref_points = self._measure(reference, full=True)
                 if (why := disturbed(ref_points)) is not None:
                     warnings.append(why + " again: the machine is busy, and drills on it will be too")
@@ -110,9 +112,10 @@ class Calibrator:
         profiles = {name: ProfileCapacity(name, _point(pts, "single"), _point(pts, "ceiling"),
                                           share * _point(pts, "ceiling").rate, _point(pts, "busy"))
                     for name, pts in measured.items()}
+        line = self.tpot_line(profiles[reference], warnings)
         return Calibration(self.key, time.time(), time.monotonic() - t0, reference, share, self.sweep.knee_factor,
                            profiles, tuple(p for p in ref_points if p.phase == "rate"),
-                           thresholds.derive(*self.slo_basis()), tuple(warnings))
+                           thresholds.derive(*self.slo_basis()), tuple(warnings), line)
 
     def _unscraped_dir(self) -> Path:
         path = Path(self.state.run_dir) / "calibration-targets"
@@ -125,6 +128,20 @@ class Calibrator:
         if ttft is None or itl is None:
             raise CalibrationError("no busy-phase request streamed: is the stack serving?")
         return ttft, itl
+
+    def tpot_line(self, ref: ProfileCapacity, warnings: list[str]) -> thresholds.TpotLine | None:
+        """The healthy median TPOT by load: the reference's one-at-a-time answers, and every profile's busy
+        ones pooled, each at its share of the reference's ceiling. None (the TPOT SLO keeps its default, and
+        a warning says so) when a phase saw no whole answer: a short test sweep's may not."""
+        busy = percentile(self.busy_tpot, 50)
+        try:
+            if ref.single is None or ref.single.tpot_p50_s is None or busy is None or ref.busy is None:
+                raise ValueError("no whole answer in the one-at-a-time or busy phase")
+            return thresholds.TpotLine(ref.single.rate / ref.ceiling.rate, ref.single.tpot_p50_s,
+                                       ref.busy.rate / ref.ceiling.rate, busy)
+        except ValueError as e:
+            warnings.append(f"no TPOT line ({e}): the TPOT SLO keeps its default")
+            return None
 
     def _measure(self, name: str, full: bool):
         done = {"s": 0.0}
@@ -139,6 +156,7 @@ class Calibrator:
         points = sweeper.run(get_profile(name), full=full)
         self.busy_ttft += sweeper.busy_ttft
         self.busy_itl += sweeper.busy_itl
+        self.busy_tpot += sweeper.busy_tpot
         # A short Poisson window may draw no arrival at all: the knee reads the rates that have data.
         bad = [p for p in points if p.phase != "rate" and (p.rate <= 0 or p.requests == 0)]
         if bad:
@@ -176,20 +194,24 @@ def ensure(cfg, state, profiles: list[str], sweep: SweepConfig = DEFAULT_SWEEP, 
     return cal, True
 
 
-def calibrate_stack(cfg, state, profiles: list[str], steps, *, force: bool = False) -> tuple[Calibration, bool]:
+def calibrate_stack(cfg, state, profiles: list[str], steps, *, force: bool = False,
+                    load_share: Callable[[Calibration], float | None] = lambda cal: None,
+                    ) -> tuple[Calibration, dict[str, float], bool]:
     """A drill's (and `sandbox calibrate`'s) calibration of the running stack, with a progress bar, and
-    its thresholds installed in the stack's Prometheus. Returns (calibration, measured now)."""
+    its thresholds installed in the stack's Prometheus: those for the base load `load_share(cal)` (a share of
+    the ceiling; None: the busy load). Returns (calibration, the thresholds installed, measured now)."""
     sweep = SweepConfig().scaled(cfg.calibration_scale)
     total = sweep.seconds(len(profiles))
     with steps.bar(f"calibrating the stack's capacity ({len(profiles)} traffic profile(s))", total) as advance:
         cal, measured = ensure(cfg, state, profiles, sweep, force=force, progress=advance, note=steps.note)
     for warning in cal.warnings if measured else ():
         steps.note(f"calibration: {warning}")
-    install_thresholds(state, cal)
-    return cal, measured
+    installed = cal.thresholds_for(load_share(cal))
+    install_thresholds(state, cal, installed)
+    return cal, installed, measured
 
 
-def install_thresholds(state, cal: Calibration) -> Path | None:
+def install_thresholds(state, cal: Calibration, values: dict[str, float] | None = None) -> Path | None:
     """The calibrated thresholds in the stack's Prometheus; None for a Prometheus this process cannot
     signal (the compose stack's, in its container: it keeps the default thresholds)."""
     if not state.prometheus_pid:
@@ -198,7 +220,7 @@ def install_thresholds(state, cal: Calibration) -> Path | None:
             "(sandbox/calibration/thresholds.py says how each value is derived); edits are lost on the next drill.")
     client = PrometheusClient(state.prometheus_url)
     try:
-        return threshold_rules.install(Path(state.run_dir) / "rules", state.prometheus_pid, client, cal.thresholds,
-                                       note)
+        return threshold_rules.install(Path(state.run_dir) / "rules", state.prometheus_pid, client,
+                                       cal.thresholds_for() if values is None else values, note)
     finally:
         client.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sandbox.calibration.sweep import SweepPoint
+from sandbox.calibration.thresholds import TpotLine, tpot_slo
 
 
 class CalibrationError(ValueError):
@@ -60,12 +61,20 @@ class Calibration:
     curve: tuple[SweepPoint, ...]  # the reference profile's Poisson points
     thresholds: dict[str, float] = field(default_factory=dict)  # sandbox:threshold:* name -> value
     warnings: tuple[str, ...] = ()  # what the sweep met (a busy machine), said wherever it is shown
+    tpot_line: TpotLine | None = None  # the healthy median TPOT by load: the TPOT SLO is read off it
 
     def __post_init__(self):
         if self.reference not in self.profiles:
             raise CalibrationError(f"the reference profile {self.reference!r} has no capacity")
         if not 0 < self.knee_share <= 1:
             raise CalibrationError(f"knee_share must be in (0, 1], got {self.knee_share!r}")
+
+    def thresholds_for(self, share: float | None = None) -> dict[str, float]:
+        """Every threshold for a drill whose base traffic is `share` of the ceiling (None: the busy load, the
+        heaviest a healthy drill runs at): the stack's own, and the TPOT SLO of that load."""
+        if self.tpot_line is None:
+            return dict(self.thresholds)
+        return {**self.thresholds, **tpot_slo(self.tpot_line, self.tpot_line.busy_share if share is None else share)}
 
     def knees(self) -> dict[str, float]:
         """profile -> knee (req/s): what an incident's `rate: 0.6 knee` is a fraction of."""
@@ -81,7 +90,8 @@ class Calibration:
                 "knee_factor": self.knee_factor,
                 "profiles": {n: p.to_dict() for n, p in self.profiles.items()},
                 "curve": [p.to_dict() for p in self.curve], "thresholds": self.thresholds,
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings),
+                "tpot_line": None if self.tpot_line is None else self.tpot_line.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
@@ -92,7 +102,8 @@ class Calibration:
                        {str(n): ProfileCapacity.from_dict(p) for n, p in d["profiles"].items()},
                        tuple(point_from_dict(p) for p in d["curve"]),
                        {str(k): float(v) for k, v in d["thresholds"].items()},
-                       tuple(str(w) for w in d.get("warnings", [])))
+                       tuple(str(w) for w in d.get("warnings", [])),
+                       None if d["tpot_line"] is None else TpotLine.from_dict(d["tpot_line"]))
         except CalibrationError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -103,4 +114,5 @@ def point_from_dict(d: dict) -> SweepPoint:
     opt = lambda k: None if d[k] is None else float(d[k])
     return SweepPoint(str(d["phase"]), float(d["offered"]), int(d["requests"]), int(d["errors"]), float(d["rate"]),
                       opt("ttft_p50_s"), opt("ttft_p99_s"), opt("itl_p50_s"), opt("itl_p99_s"),
-                      float(d["output_tokens_per_s"]))
+                      float(d["output_tokens_per_s"]),
+                      None if d.get("tpot_p50_s") is None else float(d["tpot_p50_s"]))

@@ -96,6 +96,9 @@ class SweepPoint:
     itl_p50_s: float | None
     itl_p99_s: float | None
     output_tokens_per_s: float
+    # the median over finished requests of (end - first token) / (tokens - 1): what the servers' TPOT
+    # histogram counts per request, and what the median-TPOT page reads (None: no request finished)
+    tpot_p50_s: float | None = None
 
     def to_dict(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -112,13 +115,19 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def tpots(results) -> list[float]:
+    """Each whole answer's time per output token after the first, as the servers count it."""
+    return [(r.e2e_s - r.ttft_s) / (r.completion_tokens - 1) for r in results
+            if r.status == "200" and r.ttft_s is not None and r.completion_tokens >= 2]
+
+
 def summarize(phase: str, offered: float, finished: list[tuple[float, RequestResult]], window_s: float) -> SweepPoint:
     ok = [r for _, r in finished if r.status == "200"]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     gaps = [g for r in ok for g in r.chunk_gaps_s]
     return SweepPoint(phase, offered, len(ok), len(finished) - len(ok), len(ok) / window_s,
                       percentile(ttft, 50), percentile(ttft, 99), percentile(gaps, 50), percentile(gaps, 99),
-                      sum(r.completion_tokens for r in ok) / window_s)
+                      sum(r.completion_tokens for r in ok) / window_s, percentile(tpots(ok), 50))
 
 
 FIRST_CHUNK_TIMEOUT_S = 60.0  # a closed phase whose first chunk takes longer than this measures nothing
@@ -135,6 +144,7 @@ class Sweeper:
         # Every busy request's TTFT and every gap between its chunks: the SLOs' samples.
         self.busy_ttft: list[float] = []
         self.busy_itl: list[float] = []
+        self.busy_tpot: list[float] = []  # each busy answer's time per output token
         self.progress = progress or (lambda phase: None)
         self.last_closed = ""  # what the last closed phase saw, for an error that says why it measured nothing
         # Chunks and tokens of every request this sweep saw to its end: chunks per token (0.48-0.61 here: a
@@ -282,7 +292,7 @@ class Sweeper:
         streamed = sum(c >= lo for c in chunks)
         return SweepPoint("rate", rate, len(ttfts), errors, len(ttfts) / window_s, percentile(ttfts, 50),
                           percentile(ttfts, 99), percentile(itls, 50), percentile(itls, 99),
-                          streamed / per_token / max(1e-9, hi - lo))
+                          streamed / per_token / max(1e-9, hi - lo), percentile(tpots(ok), 50))
 
     def _point(self, phase: str, offered: float, finished: list, window_s: float,
                chunks: list[float] | None = None,
@@ -299,6 +309,8 @@ class Sweeper:
         itls = [gap for at, gap in gaps or () if lo <= at <= hi]
         if phase == "busy":
             self.busy_itl += itls
+            # every answer that ended after the warm-up: a short window ends few of them inside it
+            self.busy_tpot += tpots(r for t, r in finished if t >= lo)
         point = summarize(phase, offered, inside, window_s)
         if firsts is not None:
             point = replace(point, requests=len(ttfts), ttft_p50_s=percentile(ttfts, 50),

@@ -14,13 +14,26 @@ tell the candidate which one is running):
                           request can wait seconds in a replica's event loop while a step holds
                           it (healthy baselines here read up to 4.7 s against a server p99 of
                           0.66 s); the alert is there for time the servers never see
-    itl_p99_seconds       ITL_SLO_X x the time between tokens of the busy stack, pooled alike. The
-                          alert reads the servers' histogram through 0.5 / 0.75 / 1 s buckets,
-                          which puts a baseline's p99 well above the client's exact one (the fixed
-                          1.5 s this replaces paged in none of the baselines here, whose busy ITL
-                          p99 measured 0.5-0.55 s: 3x). A full batch (oom-at-peak's peak, 1.3-1.7 s
-                          at the ceiling) is an incident's, where latency follows the errors.
-    replica floors        a share of the fleet's SLOs: a ratio of small latencies is noise
+    replica ITL floor     REPLICA_ITL_FLOOR_X x the time between tokens of the busy stack, pooled
+                          alike: a replica pages on its ITL spread only once its own p99 is past
+                          what a whole busy stack's is (busy ITL p99 measured 0.5-1.0 s here). The
+                          fleet's p99 is no page of its own: it is the slowest step's, a prefill
+                          chunk's, and a fixed ITL p99 SLO (2.3-2.6 s) sat above the worse-draft
+                          drill's 0.9 s; decode speed pages on the median TPOT below.
+    replica TTFT floor    a share of the fleet's TTFT SLO: a ratio of small latencies is noise
+    tpot_p50_seconds      TPOT_SLO_X x the median time per output token a healthy stack gives at
+                          the drill's own base load (its share of the ceiling), read off the line
+                          through the calibration's idle and busy points (TpotLine). The median
+                          is what a regression in decode speed moves for every request (a worse
+                          draft: 3x here), where the p99 of time between tokens is the slowest
+                          step's, a prefill chunk's (a fixed ITL p99 SLO sat at 2.3-2.6 s, above the
+                          drill's 0.9 s). On a CPU engine the time per token follows the batch, so
+                          the healthy median grows with the load: 0.054 s at 0.31 of the ceiling and
+                          0.057-0.087 s at 0.55 in the servers' histograms here, while a worse
+                          draft at 0.31 read 0.15-0.19 s. One figure for every load would sit under
+                          the 0.55 baselines or over that incident; a figure of the drill's load
+                          sits at TPOT_SLO_X of its own healthy median. It names the load, which the
+                          arrival rate shows anyway, not the incident.
 
 Ratio thresholds (one replica against the fastest) stay as written in the rule file:
 replicas share one machine, so their ratio does not depend on its speed. Non-latency
@@ -30,12 +43,15 @@ Prometheus' histogram buckets can tell apart.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 TTFT_SLO_X = 2.0
+TPOT_SLO_X = 1.8
+TPOT_NAME = "sandbox:threshold:tpot_p50_seconds"
 CLIENT_X = 4.0
-ITL_SLO_X = 3.0
-REPLICA_ITL_FLOOR_SHARE = 1 / 3
+REPLICA_ITL_FLOOR_X = 1.0
 REPLICA_TTFT_FLOOR_SHARE = 0.8
-FLOOR_S = {"ttft": 0.1, "itl": 0.05}
+FLOOR_S = {"ttft": 0.1, "itl": 0.05, "tpot": 0.01}
 
 
 def derive(busy_ttft_p99_s: float, busy_itl_p99_s: float) -> dict[str, float]:
@@ -43,10 +59,43 @@ def derive(busy_ttft_p99_s: float, busy_itl_p99_s: float) -> dict[str, float]:
     if not (busy_ttft_p99_s >= 0 and busy_itl_p99_s >= 0):
         raise ValueError("thresholds need the busy phases' TTFT and ITL p99s")
     ttft = max(FLOOR_S["ttft"], TTFT_SLO_X * busy_ttft_p99_s)
-    itl = max(FLOOR_S["itl"], ITL_SLO_X * busy_itl_p99_s)
+    itl_floor = max(FLOOR_S["itl"], REPLICA_ITL_FLOOR_X * busy_itl_p99_s)
     r = lambda v: round(v, 3)
     return {"sandbox:threshold:ttft_p99_seconds": r(ttft),
             "sandbox:threshold:client_ttft_p99_seconds": r(CLIENT_X * ttft),
-            "sandbox:threshold:itl_p99_seconds": r(itl),
-            "sandbox:threshold:replica_itl_p99_floor_seconds": r(REPLICA_ITL_FLOOR_SHARE * itl),
+            "sandbox:threshold:replica_itl_p99_floor_seconds": r(itl_floor),
             "sandbox:threshold:replica_ttft_p99_floor_seconds": r(REPLICA_TTFT_FLOOR_SHARE * ttft)}
+
+
+@dataclass(frozen=True)
+class TpotLine:
+    """The healthy median time per output token as a function of load (a share of the ceiling): the line
+    through the idle point (one request at a time) and the busy point (8 clients a replica). Between
+    them a CPU engine's step time grows with the requests it batches, which grow with the load."""
+    idle_share: float
+    idle_s: float
+    busy_share: float
+    busy_s: float
+
+    def __post_init__(self):
+        if not (0 <= self.idle_share < self.busy_share and self.idle_s > 0 and self.busy_s > 0):
+            raise ValueError(f"a TPOT line needs 0 <= idle share < busy share and positive medians, got {self!r}")
+
+    def at(self, share: float) -> float:
+        """The median at `share` of the ceiling: linear through both points, never below the idle one."""
+        slope = (self.busy_s - self.idle_s) / (self.busy_share - self.idle_share)
+        return max(self.idle_s, self.idle_s + slope * (share - self.idle_share))
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 4) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TpotLine:
+        return cls(float(d["idle_share"]), float(d["idle_s"]), float(d["busy_share"]), float(d["busy_s"]))
+
+
+def tpot_slo(line: TpotLine, share: float) -> dict[str, float]:
+    """{tpot_p50_seconds: value} for a drill whose base traffic is `share` of the ceiling."""
+    if not share > 0:
+        raise ValueError(f"a load share must be > 0, got {share!r}")
+    return {TPOT_NAME: round(max(FLOOR_S["tpot"], TPOT_SLO_X * line.at(share)), 4)}

@@ -134,7 +134,7 @@ def calibrate(
         client.close()
     steps = Steps(None if as_json else console)
     try:
-        cal, measured = calibrate_stack(cfg, state, sorted(set(profiles)), steps, force=force)
+        cal, installed, measured = calibrate_stack(cfg, state, sorted(set(profiles)), steps, force=force)
     except CalibrationError as e:
         fail(str(e), code=2)
     except RuntimeError as e:
@@ -142,7 +142,8 @@ def calibrate(
     if plot is not None:
         write_png(cal, plot)
     if as_json:
-        print_json({"measured_now": measured, **cal.to_dict(), "plot": None if plot is None else str(plot)})
+        print_json({"measured_now": measured, **cal.to_dict(), "installed_thresholds": installed,
+                    "plot": None if plot is None else str(plot)})
         return
     for warning in cal.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
@@ -153,7 +154,12 @@ def calibrate(
     console.print(curve_table(cal))
     console.print(terminal_plot(cal), highlight=False)
     console.print("thresholds the alerts page on: " + ", ".join(
-        f"{k.removeprefix('sandbox:threshold:')} {v:g}" for k, v in sorted(cal.thresholds.items())))
+        f"{k.removeprefix('sandbox:threshold:')} {v:g}" for k, v in sorted(installed.items())))
+    if cal.tpot_line is not None:
+        line = cal.tpot_line
+        console.print(f"median time per output token by load: {line.idle_s * 1000:.0f} ms at {line.idle_share:.2f} "
+                      f"of the ceiling, {line.busy_s * 1000:.0f} ms at {line.busy_share:.2f}; a drill installs "
+                      "the TPOT SLO of its own base load (shown: the busy load's)")
     if plot is not None:
         console.print(f"plot: {plot}")
 

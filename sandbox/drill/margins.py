@@ -49,8 +49,8 @@ def _replica_margin(recorded: str, ratio: str, floor: str) -> str:
     return f"max({_min_of(over_fastest, over_floor)})"
 
 
-def _quantile_margin(histogram: str, threshold: str) -> str:
-    return f"histogram_quantile(0.99, sum by (le) (rate({histogram}_bucket[1m]))) / scalar({threshold})"
+def _quantile_margin(histogram: str, threshold: str, q: float = 0.99) -> str:
+    return f"histogram_quantile({q:g}, sum by (le) (rate({histogram}_bucket[1m]))) / scalar({threshold})"
 
 
 _WRONG = 'sum by (task) (rate(sandbox_canary_checks_total{result="wrong"}[1m]))'
@@ -66,8 +66,8 @@ MARGINS: dict[str, str] = {
                                              "sandbox:threshold:ttft_p99_seconds"),
     "ClientTimeToFirstTokenHigh": _quantile_margin("sandbox_traffic_time_to_first_token_seconds",
                                                    "sandbox:threshold:client_ttft_p99_seconds"),
-    "InterTokenLatencyHigh": _quantile_margin("vllm:inter_token_latency_seconds",
-                                              "sandbox:threshold:itl_p99_seconds"),
+    "InterTokenLatencyHigh": _quantile_margin("vllm:request_time_per_output_token_seconds",
+                                              "sandbox:threshold:tpot_p50_seconds", 0.5),
     "ReplicaInterTokenLatencyHigh": _replica_margin("replica:inter_token_latency_seconds:p99_1m",
                                                     "sandbox:threshold:replica_itl_p99_ratio",
                                                     "sandbox:threshold:replica_itl_p99_floor_seconds"),

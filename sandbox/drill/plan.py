@@ -95,6 +95,13 @@ class DrillPlan:
         return replace(self, segments=[s.resolved(knees, ceilings) for s in self.segments], events=list(self.events),
                        jobs=list(self.jobs))
 
+    def base_share(self, ceilings: Mapping[str, float]) -> float | None:
+        """The baseline's rate (resolved, requests/s) as a share of its profile's ceiling: the load a healthy
+        run of this drill is judged at. None when the rate or that ceiling is unknown."""
+        base = self.segment_at(0.0)
+        ceiling = ceilings.get(base.knee_profile or base.profile)
+        return base.rate / ceiling if base.rate and ceiling else None
+
     def segment_at(self, t: float) -> Segment:
         current = self.segments[0]
         for seg in self.segments:

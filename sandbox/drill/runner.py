@@ -72,6 +72,7 @@ class Drill:
         self.t0_wall: float | None = None
         self.ctx = None  # faults.base.FaultContext, one for the whole drill
         self.calibration = None  # sandbox.calibration.capacity.Calibration, when the plan's rates need one
+        self.thresholds: dict[str, float] = {}  # what the calibration installed for this drill's base load
         self._quiet_until = 0.0  # monotonic time before which traffic would start in a calibration's wake
 
     # -- the whole drill ---------------------------------------------------------
@@ -154,7 +155,7 @@ class Drill:
         self.record.update_public(traffic_started=self.t0_wall, calibration=None if self.calibration is None else {
             "measured_at": self.calibration.measured_at, "knees_rps": self.calibration.knees(),
             "ceilings_rps": self.calibration.ceilings(),
-            "thresholds": self.calibration.thresholds})
+            "thresholds": self.thresholds})
         self.record.event("traffic started", 0.0)
 
     def _stack(self) -> StackState:
@@ -181,7 +182,9 @@ class Drill:
             profiles |= set(knee_profiles(load_catalogue(self.cfg.incidents).values()))
         except IncidentError:
             pass  # the drill's own incident is valid; its profiles are enough
-        cal, measured = calibrate_stack(self.cfg, self.state, sorted(profiles), self.steps)
+        cal, self.thresholds, measured = calibrate_stack(
+            self.cfg, self.state, sorted(profiles), self.steps,
+            load_share=lambda c: self.plan.resolved(c.knees(), c.ceilings()).base_share(c.ceilings()))
         self.plan = self.plan.resolved(cal.knees(), cal.ceilings())
         self.calibration = cal
         if measured:  # the sweep's load is in every rate window the alerts read, until it has aged out

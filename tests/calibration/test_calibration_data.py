@@ -16,10 +16,13 @@ SINGLE = point("single", 1, 1.0, 0.1, 0.2)
 CEILING = point("ceiling", 16, 5.0, 0.4, 0.8, itl_p99=0.6)
 
 
+LINE = thresholds.TpotLine(idle_share=0.1, idle_s=0.03, busy_share=0.5, busy_s=0.07)
+
+
 def calibration(key=None, **profiles) -> Calibration:
     caps = {"default": ProfileCapacity("default", SINGLE, CEILING, 4.0), **profiles}
     return Calibration(key or {"k": 1}, 1.0e9, 60.0, "default", 0.8, 10.0, caps,
-                       (point("rate", 2.0, 2.0, 0.2, 0.5),), thresholds.derive(0.8, 0.6))
+                       (point("rate", 2.0, 2.0, 0.2, 0.5),), thresholds.derive(0.8, 0.6), tpot_line=LINE)
 
 
 def test_percentiles_interpolate_between_order_statistics():
@@ -53,15 +56,33 @@ def test_a_knee_needs_the_idle_point_and_a_rate():
 def test_thresholds_are_stated_multiples_of_the_pooled_busy_p99s():
     assert thresholds.derive(1.2, 0.5) == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
                                            "sandbox:threshold:client_ttft_p99_seconds": 9.6,  # 4 x 2.4
-                                           "sandbox:threshold:itl_p99_seconds": 1.5,  # 3 x 0.5
-                                           "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,
+                                           "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,  # 1 x 0.5
                                            "sandbox:threshold:replica_ttft_p99_floor_seconds": 1.92}
 
 
 def test_a_very_fast_stack_gets_the_floors_not_slos_below_what_buckets_resolve():
     values = thresholds.derive(0.002, 0.001)
     assert values["sandbox:threshold:ttft_p99_seconds"] == thresholds.FLOOR_S["ttft"]
-    assert values["sandbox:threshold:itl_p99_seconds"] == thresholds.FLOOR_S["itl"]
+    assert values["sandbox:threshold:replica_itl_p99_floor_seconds"] == thresholds.FLOOR_S["itl"]
+
+
+def test_the_healthy_median_tpot_is_read_off_the_line_through_the_idle_and_busy_points():
+    # slope (0.07 - 0.03) / (0.5 - 0.1) = 0.1 s per unit of load: 0.03 + 0.1 x 0.2 = 0.05 at 0.3
+    assert LINE.at(0.3) == pytest.approx(0.05)
+    assert LINE.at(0.7) == pytest.approx(0.09)  # past the busy point the line goes on
+    assert LINE.at(0.0) == 0.03  # never below the idle median
+    with pytest.raises(ValueError, match="idle share < busy share"):
+        thresholds.TpotLine(0.5, 0.03, 0.5, 0.07)
+
+
+def test_a_drill_gets_the_tpot_slo_of_its_own_base_load_and_the_stacks_other_thresholds():
+    cal = calibration()
+    at_03 = cal.thresholds_for(0.3)
+    assert at_03["sandbox:threshold:tpot_p50_seconds"] == 0.09  # 1.8 x 0.05
+    assert cal.thresholds_for(None)["sandbox:threshold:tpot_p50_seconds"] == 0.126  # the busy load: 1.8 x 0.07
+    assert {k: v for k, v in at_03.items() if k != thresholds.TPOT_NAME} == cal.thresholds
+    with pytest.raises(ValueError, match="load share must be > 0"):
+        cal.thresholds_for(0.0)
 
 
 def test_a_calibration_round_trips_through_json_exactly():
@@ -69,6 +90,7 @@ def test_a_calibration_round_trips_through_json_exactly():
     again = Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
     assert again.to_dict() == cal.to_dict()
     assert again.knees() == {"default": 4.0}
+    assert again.tpot_line == LINE
 
 
 @pytest.mark.parametrize("damage", [

@@ -122,6 +122,13 @@ def test_resolved_rates_are_the_fraction_times_the_rate_factor_times_the_knee(kn
     assert [s.rate for s in make_plan(knee, "prefix-off", 0, knees=KNEES).segments] == [2.0, 6.0, 2.0]
 
 
+def test_the_base_share_is_the_baselines_rate_over_its_profiles_ceiling(knee):
+    resolved = make_plan(knee, "prompts-grew", 0).resolved(KNEES)  # 2.0 req/s of shared-prefix at first
+    assert resolved.base_share({"shared-prefix": 8.0, "documents": 1.0}) == 0.25
+    assert resolved.base_share({"documents": 1.0}) is None  # no ceiling for its profile: no share
+    assert make_plan(knee, "prompts-grew", 0).base_share({"shared-prefix": 8.0}) is None  # not resolved yet
+
+
 def test_a_missing_knee_is_a_value_error_naming_the_profile(knee):
     plan = make_plan(knee, "prompts-grew", 0)
     with pytest.raises(ValueError, match="not calibrated: the knee of 'documents', which the plan's"):
