@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from faults.base import FaultContext, revert_all
+from faults.cpu_throttle import remove_left_groups
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
 from sandbox.calibration.calibrator import calibrate_stack
 from sandbox.canary import process as canary_process
@@ -29,7 +30,7 @@ from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
 from sandbox.drill.interrupts import DrillInterrupted, TeardownForced, deferred_signals, raise_interrupted
 from sandbox.drill.pager import Pager
 from sandbox.drill.plan import make_plan
-from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, write_atomic
+from sandbox.drill.record import DRILL_FILE, RunRecord, close_killed_drill, new_run_id, write_atomic
 from sandbox.drill.settings import DrillResult, DrillSettings
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.traffic.exporter import TrafficExporter
@@ -161,6 +162,14 @@ class Drill:
     def _stack(self) -> StackState:
         try:
             state = StackState.load(self.cfg.state_file)
+            if state.prometheus_pid and (killed := close_killed_drill(self.cfg.home, self.cfg.keys_dir)):
+                # A drill killed mid-fault (SIGKILL) left its faults in this stack (a deploy, an override, a
+                # throttled replica): a drill on it would start from that, not from a healthy baseline.
+                self.steps.note(f"an earlier drill ended without its clean-up (its record: {killed}); the stack "
+                                "it ran on may still hold its faults: stopping it, then starting a fresh one")
+                Stack(self.cfg, self.steps).down()
+                remove_left_groups()
+                raise NoStackError("stopped the killed drill's stack")
             if state.prometheus_pid and PrometheusClient(state.prometheus_url).ready():
                 if self.node == "container" and not state.container_nodes:
                     raise RuntimeError("this variant runs one replica in a container node and the running "
