@@ -6,9 +6,11 @@ golden/*.yaml) with <run-id>.key beside it; made from `sandbox verify` runs by
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,40 @@ def test_a_replay_answers_its_first_query_within_5_seconds(tmp_path):
     result = _cli("replay", str(archive), "--once", "--json", home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1])["ready_s"] <= 5.0
+
+
+def test_a_replay_ended_by_sigterm_leaves_no_prometheus_no_marker_and_a_free_port(tmp_path):
+    from services.stack.ports import listening_ports
+
+    run, home, port = RUNS[0], tmp_path / "home", 19491
+    archive = tmp_path / "case.tar.gz"
+    pack(run, key_of(run), archive)
+    env = {**os.environ, "SANDBOX_HOME": str(home), "SANDBOX_PROMETHEUS_PORT": str(port)}
+    replay = subprocess.Popen([sys.executable, "-m", "sandbox.cli", "replay", str(archive)], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (home / "replay.json").is_file():
+            assert replay.poll() is None and time.monotonic() < deadline, replay.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        served = json.loads((home / "replay.json").read_text())["run_dir"]
+        assert port in listening_ports()
+        os.kill(replay.pid, signal.SIGTERM)
+        replay.wait(timeout=30)
+    finally:
+        if replay.poll() is None:
+            os.killpg(replay.pid, signal.SIGKILL)
+    assert not (home / "replay.json").exists()
+    assert port not in listening_ports()
+    left = [p for p in Path("/proc").glob("[0-9]*") if served in _cmdline(p)]
+    assert left == []
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_grading_a_recording_writes_the_debrief_beside_it(tmp_path):
