@@ -166,17 +166,20 @@ def choose_split_k(num_rows: int, k: int, batch_invariant: bool) -> int:
     """How many K chunks a GEMM with `num_rows` rows uses.
 
     Mimics library heuristics: few rows leave most of a GPU idle, so the
-    reduction is split to create more parallel work: up to one 16-row tile
-    four ways, up to a 128-row tile two ways. A serving step's row count is
-    its decode batch plus any prefill chunk, so the split a sequence gets
-    changes from step to step with what it shares the step with. Only splits
-    that divide K evenly are used, and short reductions are never split.
+    reduction is split to create more parallel work: up to 8 rows four ways,
+    up to 64 two ways. A serving step's row count is its decode batch plus any
+    prefill chunk, so the split a sequence gets changes from step to step with
+    what it shares the step with. The tiers sit where a small stack's steps
+    are: at a drill's load a replica decodes 2-14 sequences a step (with tiers
+    at 16 and 128 nearly every decode step of the flaky-outputs drill took the
+    same split, and its canary saw 0.005 of repeats differ). Only splits that
+    divide K evenly are used, and short reductions are never split.
     """
     if num_rows < 0 or k < 0:
         raise ValueError(f"choose_split_k needs num_rows >= 0 and k >= 0, got {num_rows}, {k}")
     if batch_invariant or k < 64:
         return 1
-    split = 4 if num_rows <= 16 else 2 if num_rows <= 128 else 1
+    split = 4 if num_rows <= 8 else 2 if num_rows <= 64 else 1
     while split > 1 and k % split:
         split //= 2
     return split

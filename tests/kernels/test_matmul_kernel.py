@@ -19,7 +19,7 @@ def test_batch_invariant_mode_never_splits(rows):
 
 
 @pytest.mark.parametrize("rows, k, split", [
-    (1, 4096, 4), (16, 4096, 4), (17, 4096, 2), (128, 4096, 2), (129, 4096, 1),
+    (1, 4096, 4), (8, 4096, 4), (9, 4096, 2), (64, 4096, 2), (65, 4096, 1),
     (1, 63, 1),  # short reductions are never split
     (1, 66, 2),  # 66 is even but not a multiple of 4
     (1, 65, 1),  # odd K: no even split exists

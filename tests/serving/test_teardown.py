@@ -1,6 +1,11 @@
 """`sandbox down` leaves no Ray, Prometheus or sandbox process behind."""
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +33,31 @@ def processes() -> list[tuple[int, str]]:
     return out
 
 
-def test_down_leaves_no_ray_prometheus_or_sandbox_process(stack):
+def _killed_drill(stack, tmp_path) -> Path:
+    """A drill on the session stack, SIGKILLed (no clean-up at all) as its fault goes in; its run directory."""
+    from test_drill_interrupt import INJECT_AT_S, SHORT_INCIDENT
+
+    runs, incidents = tmp_path / "runs", tmp_path / "incidents"
+    incidents.mkdir()
+    shutil.copy(SHORT_INCIDENT, incidents)
+    env = dict(stack.env, SANDBOX_INCIDENTS=str(incidents), SANDBOX_RUNS=str(runs))
+    drill = subprocess.Popen([sys.executable, "-m", "sandbox.cli", "drill", "--random", "--seed", "3"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dirs := list(runs.glob("*/events.jsonl"))) or "traffic started" not in run_dirs[0].read_text():
+            assert drill.poll() is None and time.monotonic() < deadline, "the drill ended before its traffic"
+            time.sleep(0.25)
+        time.sleep(INJECT_AT_S + 1)  # the replica's rebuild under way: the fault is going in
+    finally:
+        os.kill(drill.pid, signal.SIGKILL)  # the drill alone: its canary and traffic exporter are orphaned
+        drill.wait(timeout=10)
+    return run_dirs[0].parent
+
+
+def test_down_after_a_killed_drill_leaves_no_ray_prometheus_or_sandbox_process(stack, tmp_path):
+    run_dir = _killed_drill(stack, tmp_path)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # nothing closed it
     prometheus_pid = stack.refresh().prometheus_pid
     result = stack.cli("down", "--json")
     assert result.returncode == 0, result.stderr
@@ -40,3 +69,5 @@ def test_down_leaves_no_ray_prometheus_or_sandbox_process(stack):
             if any(m in cmd for m in RAY_PROCESS_MARKS) or home in cmd or "sandbox.cli" in cmd]
     assert not left
     assert not stack.cfg.state_file.exists()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "killed"  # down said how it ended
+    assert json.loads(result.stdout)["killed_drill"] == str(run_dir)
