@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, ClassVar, Self
 
+from services.stack.ray_cluster import python_signal_handlers
 from services.stack.serve_control import ServeControl
 
 if TYPE_CHECKING:
@@ -104,8 +105,9 @@ class FaultContext:
             host = (self.state.ray_address or "").rpartition(":")[0]
             if host in ("127.0.0.1", "localhost"):
                 _stay_on_loopback()
-            ray.init(address=self.state.ray_address, namespace=NAMESPACE, log_to_driver=False,
-                     logging_level=logging.WARNING)
+            with python_signal_handlers():  # Ray's own SIGTERM handler would end the drill without its clean-up
+                ray.init(address=self.state.ray_address, namespace=NAMESPACE, log_to_driver=False,
+                         logging_level=logging.WARNING)
             self._ray_connected = True
 
     def runtime(self):

@@ -1,11 +1,13 @@
 """Start, find and stop the local Ray head (`ray start` / `ray stop`), or describe a joined cluster."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,11 +182,27 @@ def wait_sd_file(timeout_s: float) -> Path:
         time.sleep(0.2)
 
 
+@contextlib.contextmanager
+def python_signal_handlers():
+    """Around `ray.init`: Ray's core worker installs C-level handlers over Python's (on SIGTERM it prints a
+    stack trace and dies), so a driver ended by SIGTERM skipped its clean-up: a drill left its faults, its
+    canary and its run marked "running". Python's handlers are put back once Ray has connected."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 def describe_cluster(address: str) -> dict:
     """Join `address` as a short-lived driver: dashboard URL and each node's metrics address."""
     import ray
 
-    ctx = ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    with python_signal_handlers():
+        ctx = ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
         nodes = [f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes() if n["Alive"]]
         dashboard = ctx.dashboard_url or ""
