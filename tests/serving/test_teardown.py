@@ -34,8 +34,10 @@ def processes() -> list[tuple[int, str]]:
 
 
 def _killed_drill(stack, tmp_path) -> Path:
-    """A drill on the session stack, SIGKILLed (no clean-up at all) as its fault goes in; its run directory."""
-    from test_drill_interrupt import INJECT_AT_S, SHORT_INCIDENT
+    """A drill on the session stack, SIGKILLed (no clean-up at all) once its traffic runs; its run directory.
+    (Killed mid-injection and mid-rollout too: bench/churn.py; here the stack's alerts from test_calibrate's
+    sweep already hold the drill for most of a minute before it starts.)"""
+    from test_drill_interrupt import SHORT_INCIDENT
 
     runs, incidents = tmp_path / "runs", tmp_path / "incidents"
     incidents.mkdir()
@@ -48,9 +50,8 @@ def _killed_drill(stack, tmp_path) -> Path:
         while not (run_dirs := list(runs.glob("*/events.jsonl"))) or "traffic started" not in run_dirs[0].read_text():
             assert drill.poll() is None and time.monotonic() < deadline, "the drill ended before its traffic"
             time.sleep(0.25)
-        time.sleep(INJECT_AT_S + 1)  # the replica's rebuild under way: the fault is going in
-    finally:
-        os.kill(drill.pid, signal.SIGKILL)  # the drill alone: its canary and traffic exporter are orphaned
+    finally:  # the drill alone: its canary probers, its traffic exporter and its record are orphaned
+        os.kill(drill.pid, signal.SIGKILL)
         drill.wait(timeout=10)
     return run_dirs[0].parent
 
