@@ -211,8 +211,8 @@ def calibrate_stack(cfg, state, profiles: list[str], steps, *, force: bool = Fal
     return cal, installed, measured
 
 
-def install_thresholds(state, cal: Calibration, values: dict[str, float] | None = None) -> Path | None:
-    """The calibrated thresholds in the stack's Prometheus; None for a Prometheus this process cannot
+def install_thresholds(state, cal: Calibration, values: dict[str, float]) -> Path | None:
+    """`values` (cal.thresholds_for a load) in the stack's Prometheus; None for a Prometheus this process cannot
     signal (the compose stack's, in its container: it keeps the default thresholds)."""
     if not state.prometheus_pid:
         return None
@@ -221,6 +221,6 @@ def install_thresholds(state, cal: Calibration, values: dict[str, float] | None 
     client = PrometheusClient(state.prometheus_url)
     try:
         return threshold_rules.install(Path(state.run_dir) / "rules", state.prometheus_pid, client,
-                                       cal.thresholds_for() if values is None else values, note)
+                                       values, note)
     finally:
         client.close()

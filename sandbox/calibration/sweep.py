@@ -14,7 +14,7 @@ queue builds faster than the stack drains it. The one-at-a-time figure is the me
 a handful of idle requests give a steady median, while their p99 is their slowest one
 (0.09 s and 0.46 s in two sweeps a minute apart here, which moved the knee tenfold).
 
-It stays one file (about 375 lines): the phases, the window each one reads and the estimators
+It stays one file (about 390 lines): the phases, the window each one reads and the estimators
 (`streamed_rate`, `knee`) share one clock and one notion of "inside the window"; split apart, the
 window a phase keeps open and the window its figures are counted over would no longer read together.
 """

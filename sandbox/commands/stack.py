@@ -62,14 +62,14 @@ def up(
 def down(as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
          backend: Backend = typer.Option("local", "--backend", help=BACKEND_HELP)):  # noqa: B008
     """Stop everything the sandbox started (traffic generators, Ray, Prometheus)."""
+    from sandbox.drill.leftovers import stop_all
     from services.stack.compose_backend import ComposeBackend, ComposeUnavailable, owns
     from services.stack.progress import Steps
-    from services.stack.stack import Stack
 
     cfg, steps = config(), Steps(None if as_json else console)
     if backend is Backend.compose:
         try:
-            report = ComposeBackend(cfg, steps).down()
+            report = stop_all(cfg, steps, ComposeBackend(cfg, steps).down())
         except ComposeUnavailable as e:
             fail(str(e), code=2)
         except RuntimeError as e:
@@ -77,17 +77,7 @@ def down(as_json: bool = typer.Option(False, "--json", help="print one JSON obje
     elif owns(cfg):
         fail("the running sandbox is the Docker Compose stack: `sandbox down --backend compose` stops it", code=2)
     else:
-        report = Stack(cfg, steps).down()
-    from faults.cpu_throttle import remove_left_groups
-    from sandbox.drill.record import close_killed_drill
-
-    if killed := close_killed_drill(cfg.home, cfg.keys_dir):  # its record says how it ended
-        report = {**report, "stopped": [*report.get("stopped", []), "a killed drill's record"], "killed_drill": killed}
-
-    # What a drill killed mid-fault (SIGKILL) leaves outside the processes just stopped: its CPU quota groups.
-    if groups := remove_left_groups():
-        report = {**report, "stopped": [*report.get("stopped", []), f"{len(groups)} CPU quota group(s)"],
-                  "cgroups_removed": groups}
+        report = stop_all(cfg, steps)
     if as_json:
         print_json(report)
     elif not report["stopped"]:

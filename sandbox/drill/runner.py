@@ -8,7 +8,7 @@ the clean-up that was already asked to wait stops it, and then run.json names wh
 Faults are built and validated before anything starts, so a bad incident file changes nothing.
 Each resource pushes its closer on `self.closers` as it is acquired; the teardown runs them newest
 first, every one whatever the others did (sandbox/drill/closers.py).
-It stays one file (about 340 lines) because start and end are one ledger: each step that acquires
+It stays one file (about 355 lines) because start and end are one ledger: each step that acquires
 something pushes its closer right there, and split across files the pairs would no longer read together.
 """
 from __future__ import annotations
@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 from faults.base import FaultContext, revert_all
-from faults.cpu_throttle import remove_left_groups
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
 from sandbox.calibration.calibrator import calibrate_stack
 from sandbox.canary import process as canary_process
@@ -30,7 +29,8 @@ from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
 from sandbox.drill.interrupts import DrillInterrupted, TeardownForced, deferred_signals, raise_interrupted
 from sandbox.drill.pager import Pager
 from sandbox.drill.plan import make_plan
-from sandbox.drill.record import DRILL_FILE, RunRecord, close_killed_drill, new_run_id, write_atomic
+from sandbox.drill.leftovers import stop_all
+from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, running_drill, write_atomic
 from sandbox.drill.settings import DrillResult, DrillSettings
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.traffic.exporter import TrafficExporter
@@ -162,13 +162,12 @@ class Drill:
     def _stack(self) -> StackState:
         try:
             state = StackState.load(self.cfg.state_file)
-            if state.prometheus_pid and (killed := close_killed_drill(self.cfg.home, self.cfg.keys_dir)):
+            if state.prometheus_pid and (self.cfg.home / DRILL_FILE).is_file() and running_drill(self.cfg.home) is None:
                 # A drill killed mid-fault (SIGKILL) left its faults in this stack (a deploy, an override, a
                 # throttled replica): a drill on it would start from that, not from a healthy baseline.
+                killed = stop_all(self.cfg, self.steps).get("killed_drill")
                 self.steps.note(f"an earlier drill ended without its clean-up (its record: {killed}); the stack "
-                                "it ran on may still hold its faults: stopping it, then starting a fresh one")
-                Stack(self.cfg, self.steps).down()
-                remove_left_groups()
+                                "it ran on may have held its faults: stopped it, starting a fresh one")
                 raise NoStackError("stopped the killed drill's stack")
             if state.prometheus_pid and PrometheusClient(state.prometheus_url).ready():
                 if self.node == "container" and not state.container_nodes:
