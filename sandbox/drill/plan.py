@@ -5,7 +5,8 @@ same (incident, seed) gives the same injection time, the same traffic and the
 same events on every machine: what an interviewer needs for identical cases.
 
     0 ─── baseline ───┬─ inject (+ seeded jitter) ──────────────── duration
-                      │ faults injected, traffic change (decoys)
+                      │ faults injected; the variant's traffic change (decoys)
+                      │ once they have landed (`held`: the traffic until then)
     peaks: rate windows anywhere in [0, duration), or batch jobs (closed-loop
            clients on top of the base traffic)
 
@@ -78,6 +79,11 @@ class DrillPlan:
     segments: list[Segment] = field(default_factory=list)
     events: list[PlannedEvent] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
+    # The segments without the variant's traffic change: what runs from the injection until its faults have
+    # landed. A change that ships with a release shows once the release serves: prompts that grew at the moment
+    # a rollout began paged 31 s into a rollout that outlasted the page + 60 s, before the deploy it is the
+    # decoy of had served a request. Empty: the same as `segments` (no change, or a plan built by hand).
+    held: list[Segment] = field(default_factory=list)
 
     def unresolved_profiles(self) -> set[str]:
         """The profiles whose knee this plan still needs before traffic can run."""
@@ -93,7 +99,7 @@ class DrillPlan:
             raise ValueError(f"not calibrated: {', '.join(missing)}, which the plan's capacity-unit rates need: "
                              "run `sandbox calibrate`")
         return replace(self, segments=[s.resolved(knees, ceilings) for s in self.segments], events=list(self.events),
-                       jobs=list(self.jobs))
+                       jobs=list(self.jobs), held=[s.resolved(knees, ceilings) for s in self.held])
 
     def base_share(self, ceilings: Mapping[str, float]) -> float | None:
         """The baseline's rate (resolved, requests/s) as a share of its profile's ceiling: the load a healthy
@@ -102,9 +108,11 @@ class DrillPlan:
         ceiling = ceilings.get(base.knee_profile or base.profile)
         return base.rate / ceiling if base.rate and ceiling else None
 
-    def segment_at(self, t: float) -> Segment:
-        current = self.segments[0]
-        for seg in self.segments:
+    def segment_at(self, t: float, changed: bool = True) -> Segment:
+        """The traffic at `t`; changed=False: as if the variant's change had not begun (its faults not landed)."""
+        segments = self.segments if changed or not self.held else self.held
+        current = segments[0]
+        for seg in segments:
             if seg.start_s <= t:
                 current = seg
         return current
@@ -112,7 +120,8 @@ class DrillPlan:
     def to_dict(self) -> dict:
         return {"incident": self.incident_id, "variant": self.variant, "seed": self.seed,
                 "inject_at_s": self.inject_at_s, "duration_s": self.duration_s, "baseline_s": self.baseline_s,
-                "segments": [vars(s) for s in self.segments], "jobs": [vars(j) for j in self.jobs],
+                "segments": [vars(s) for s in self.segments], "held": [vars(s) for s in self.held],
+                "jobs": [vars(j) for j in self.jobs],
                 "events": [{"at_s": e.at_s, "kind": e.kind, "faults": list(e.faults), "note": e.note}
                            for e in self.events]}
 
@@ -128,7 +137,8 @@ def make_plan(incident, variant_name: str, seed: int, duration_s: float | None =
     if duration <= inject:
         raise ValueError(f"duration {duration:.0f}s must be longer than the injection time {inject:.0f}s")
     variant = incident.variants[variant_name]
-    segments = _segments(incident.traffic, variant, inject, duration)
+    segments = _segments(incident.traffic, variant.traffic, inject, duration)
+    held = _segments(incident.traffic, None, inject, duration) if variant.traffic else []
     events = [PlannedEvent(float(ev.at_s), "event", (ev.fault,) if ev.fault else (), ev.note or "")
               for ev in tl.events]
     events.append(PlannedEvent(inject, "inject", tuple(variant.faults)))
@@ -136,13 +146,13 @@ def make_plan(incident, variant_name: str, seed: int, duration_s: float | None =
     jobs = [Job(float(p.at_s), float(min(p.at_s + p.duration_s, duration)), p.concurrency,
                 p.profile or incident.traffic.profile)
             for p in incident.traffic.peaks if p.concurrency is not None and p.at_s < duration]
-    plan = DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events, jobs)
+    plan = DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events, jobs,
+                     held)
     return plan if knees is None else plan.resolved(knees, ceilings)
 
 
-def _segments(traffic, variant, inject_s: float, duration_s: float) -> list[Segment]:
-    """Piecewise-constant traffic: the base rate, peak windows, and the variant's change at injection."""
-    change = variant.traffic
+def _segments(traffic, change, inject_s: float, duration_s: float) -> list[Segment]:
+    """Piecewise-constant traffic: the base rate, peak windows, and `change` (a variant's) from the injection."""
     after_profile = (change.profile if change and change.profile else traffic.profile)
     rate_factor = float(change.rate_factor) if change else 1.0
     peaks = [p for p in traffic.peaks if p.rate is not None]  # batch jobs run beside the base traffic

@@ -150,7 +150,7 @@ class Drill:
                 while (wait := self._quiet_until - time.monotonic()) > 0:
                     time.sleep(min(wait, 0.5))
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
-                                     exporter, open_ended=self.settings.open_ended).start()
+                                     exporter, open_ended=self.settings.open_ended, wait_for_landing=True).start()
         self.closers.push("traffic", self._stop_traffic)
         self.t0_wall = time.time()
         self.record.update_public(traffic_started=self.t0_wall, calibration=None if self.calibration is None else {
@@ -258,6 +258,8 @@ class Drill:
             self.pager.show_report(self.traffic.elapsed())
         for spec, fault in faults:
             self._apply(spec, fault, event.kind)
+        if event.kind == "inject":
+            self.traffic.landed()  # the fault log's done_s says when
         self._seal()
         state = StackState.load(self.cfg.state_file)
         if self.state and state.version != self.state.version:  # deploys are public, as in any deploy log

@@ -9,6 +9,9 @@ Like real users, a small share of clients give up early (`abandon_share`):
 they close the connection after a short wait, the server aborts the request,
 and the client counts it as status 499 (nginx's "client closed request").
 
+A variant's traffic change (a decoy: the prompts grew) begins when the drill says its faults
+have landed (`landed()`), with `wait_for_landing`; without it, at the planned injection time.
+
 A batch job (a peak with `concurrency`) runs beside the base traffic: that
 many clients, each sending its next request as soon as its last one ends.
 """
@@ -28,7 +31,7 @@ from sandbox.traffic.generator import RequestResult, TrafficStats, send_request
 class TrafficRunner:
     def __init__(self, api_url: str, model: str, plan, seed: int, exporter=None, max_in_flight: int = 256,
                  abandon_share: float = 0.05, abandon_after_s: tuple[float, float] = (0.3, 1.5),
-                 open_ended: bool = False):
+                 open_ended: bool = False, wait_for_landing: bool = False):
         if any(seg.rate is None for seg in plan.segments):  # else expovariate(None), later, in the traffic thread
             raise ValueError("the plan's knee-unit rates are not resolved: calibrate first")
         if not 0 <= abandon_share < 1:
@@ -48,6 +51,14 @@ class TrafficRunner:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="drill-traffic", daemon=True)
         self.error: BaseException | None = None
+        self._changed = not wait_for_landing  # read by the traffic thread, set once by the drill's
+
+    def landed(self) -> None:
+        """The injection's faults are in (a deploy has rolled out): the variant's traffic change begins."""
+        self._changed = True
+
+    def segment_at(self, t: float):
+        return self.plan.segment_at(t, changed=self._changed)
 
     def start(self) -> TrafficRunner:
         self.started_at = time.monotonic()
@@ -110,7 +121,7 @@ class TrafficRunner:
                 task.add_done_callback(pending.discard)
             t = 0.0
             while not self._stop.is_set():
-                seg = self.plan.segment_at(t)
+                seg = self.segment_at(t)
                 t += self.rng.expovariate(seg.rate)
                 if self.until_s is not None and t >= self.until_s:
                     break
@@ -118,7 +129,7 @@ class TrafficRunner:
                     await asyncio.sleep(min(wait, 0.25))
                 if self._stop.is_set():
                     break
-                req = get_profile(self.plan.segment_at(t).profile).sample(self.rng)
+                req = get_profile(self.segment_at(t).profile).sample(self.rng)
                 give_up = (self.rng.uniform(*self.abandon_after_s) if self.rng.random() < self.abandon_share
                            else None)
                 if len(pending) >= self.max_in_flight:  # the client side saturates, as a real one would

@@ -142,3 +142,23 @@ def test_the_traffic_runner_refuses_a_plan_with_unresolved_knee_rates(knee):
         TrafficRunner("http://127.0.0.1:9", "model", make_plan(knee, "prompts-grew", 0), seed=0)
     runner = TrafficRunner("http://127.0.0.1:9", "model", make_plan(knee, "prompts-grew", 0, knees=KNEES), seed=0)
     assert runner.plan.segments[0].rate == 2.0  # built, never started: nothing is sent
+
+
+def test_a_decoys_change_waits_in_the_runner_until_the_injection_has_landed(ttft):
+    plan = make_plan(ttft, "prompts-grew", 7, knees={"shared-prefix": 4.0}, ceilings={"shared-prefix": 8.0})
+    after = plan.inject_at_s + 1
+    assert [s.profile for s in plan.held] == ["shared-prefix"]  # the traffic without the change
+    assert plan.segment_at(after, changed=False).profile == "shared-prefix"
+    runner = TrafficRunner("http://127.0.0.1:9", "model", plan, seed=0, wait_for_landing=True)
+    assert runner.segment_at(after).profile == "shared-prefix"  # a rollout is still under way
+    runner.landed()
+    assert runner.segment_at(after).profile == "shared-prefix-long"
+    assert runner.segment_at(plan.inject_at_s - 1).profile == "shared-prefix"
+    # without waiting (a plan run by hand), the change comes at the planned time
+    assert TrafficRunner("http://127.0.0.1:9", "model", plan, seed=0).segment_at(after).profile == "shared-prefix-long"
+
+
+def test_a_variant_without_a_traffic_change_holds_nothing_back(ttft):
+    plan = make_plan(ttft, "prefix-off", 7, knees={"shared-prefix": 4.0}, ceilings={"shared-prefix": 8.0})
+    assert plan.held == []
+    assert plan.segment_at(plan.inject_at_s + 1, changed=False) == plan.segment_at(plan.inject_at_s + 1)
