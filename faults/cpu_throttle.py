@@ -8,10 +8,17 @@ The kernel then holds the replica's threads off the CPU for the rest of each
 period once they have used their quota, and counts it in the group's cpu.stat
 (which the replica exports as sandbox:replica_cpu_throttled_seconds_total).
 Revert moves the process back to the group it came from and removes ours.
+
+The quota is `cpu_fraction` of what the replica gets on a fair machine (`fair_cpus`): its compute
+threads, or its share of the CPUs it may run on when replicas outnumber them. A fraction of one CPU
+is a different fault on another machine: 0.15 CPU left a replica of this 2-core machine (which runs on
+one CPU of its own) 15% of its speed, but one whose stack shares a single CPU (about 0.5 each) 30%,
+and that drill's slow replica never paged (0.45 of the page's floor).
 """
 from __future__ import annotations
 
 import errno
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,9 +151,29 @@ def _thread_ids(pid: int) -> list[int]:
         return []
 
 
+def fair_cpus(affinity: int, replicas: int, threads: int) -> float:
+    """The CPUs a replica uses on a fair machine: its compute threads, or its share of the `affinity` CPUs
+    its process may run on, shared by `replicas` (the fewer)."""
+    if affinity < 1 or replicas < 1 or threads < 1:
+        raise ValueError(f"fair_cpus needs positive counts, got {affinity}, {replicas}, {threads}")
+    return min(float(threads), affinity / replicas)
+
+
+def compute_threads(deployed_config: str | None) -> int:
+    """The deployed engines' torch threads (the serve config's `engine.torch_threads`, 1 if it names none)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(deployed_config).read_text())
+        return max(1, int(data["applications"][0]["args"]["engine"].get("torch_threads") or 1))
+    except (OSError, TypeError, KeyError, IndexError, ValueError, AttributeError, yaml.YAMLError):
+        return 1
+
+
 @dataclass
 class CpuThrottle(Fault):
-    """`replica: random | <index>`, `cpu_fraction`: the replica's process may use this share of one CPU."""
+    """`replica: random | <index>`, `cpu_fraction`: the replica's process may use this share of the CPUs it
+    uses on a fair machine (`fair_cpus`)."""
     type: ClassVar[str] = "cpu-throttle"
     component: ClassVar[str] = "cpu"
     cpu_fraction: float
@@ -161,10 +188,14 @@ class CpuThrottle(Fault):
                      high_open=True)
 
     def _inject(self, ctx: FaultContext) -> None:
-        target = select(list_replicas(ctx), self.replica, ctx.rng)
+        replicas = list_replicas(ctx)
+        target = select(replicas, self.replica, ctx.rng)
         process = Process.of(target)
         self._location = Location(replica=target.replica_id, version=ctx.state.version, component=self.component)
-        group = QuotaGroup.create(self.cpu_fraction)
+        fair = fair_cpus(len(os.sched_getaffinity(process.pid)), len(replicas),
+                         compute_threads(ctx.state.deployed_config))
+        cpus = max(MIN_QUOTA_US / PERIOD_US, self.cpu_fraction * fair)
+        group = QuotaGroup.create(cpus)
         self._group = group
         self._origin = cgroup_of(process.pid, group.mount)
         if self._origin is None:
@@ -173,8 +204,8 @@ class CpuThrottle(Fault):
         group.add(process.pid)
         if cgroup_of(process.pid, group.mount) != group.path or not process.alive():
             raise InjectionFailed(f"cpu-throttle: pid {process.pid} did not move into {group.path}")
-        ctx.log(f"cpu-throttle: replica {target.replica_id} (pid {process.pid}) limited to "
-                f"{self.cpu_fraction:.0%} of a CPU in {group.path}")
+        ctx.log(f"cpu-throttle: replica {target.replica_id} (pid {process.pid}) limited to {cpus:.3g} CPU "
+                f"({self.cpu_fraction:.0%} of its fair {fair:.2g}) in {group.path}")
 
     def _revert(self, ctx: FaultContext) -> None:
         if self._group is None:

@@ -114,7 +114,7 @@ class Calibrator:
                     for name, pts in measured.items()}
         line = self.tpot_line(profiles[reference], warnings)
         return Calibration(self.key, time.time(), time.monotonic() - t0, reference, share, self.sweep.knee_factor,
-                           profiles, tuple(p for p in ref_points if p.phase == "rate"),
+                           profiles, tuple(p for p in ref_points if p.phase in ("rate", "busy")),
                            thresholds.derive(*self.slo_basis()), tuple(warnings), line)
 
     def _unscraped_dir(self) -> Path:
@@ -138,7 +138,7 @@ class Calibrator:
             if ref.single is None or ref.single.tpot_p50_s is None or busy is None or ref.busy is None:
                 raise ValueError("no whole answer in the one-at-a-time or busy phase")
             return thresholds.TpotLine(ref.single.rate / ref.ceiling.rate, ref.single.tpot_p50_s,
-                                       ref.busy.rate / ref.ceiling.rate, busy)
+                                       ref.busy.offered / ref.ceiling.rate, busy)
         except ValueError as e:
             warnings.append(f"no TPOT line ({e}): the TPOT SLO keeps its default")
             return None

@@ -6,7 +6,8 @@
 
 The full sweep (one at a time, the ceiling, Poisson rates between) runs on one reference
 profile, whose knee is found as a share of its ceiling; every other profile is measured
-busy and at its ceiling, and its knee is that same share of its own ceiling.
+at its ceiling and busy (Poisson at the busy share of it), and its knee is that same share
+of its own ceiling.
 The latency curve's shape (where queueing takes over, as a share of what the stack can
 complete) is a property of the stack; each profile's cost is measured. That keeps a
 calibration of the catalogue's three base profiles within 90 s on a 2-core machine.
@@ -29,7 +30,7 @@ class ProfileCapacity:
     single: SweepPoint | None  # None for a profile whose knee is scaled from the reference's
     ceiling: SweepPoint
     knee_rps: float
-    busy: SweepPoint | None = None  # 8 clients a replica: what the latency SLOs are multiples of
+    busy: SweepPoint | None = None  # Poisson at the busy share of the ceiling: what the latency SLOs are multiples of
 
     def __post_init__(self):
         if (self.single is not None and self.single.phase != "single") or self.ceiling.phase != "ceiling":
@@ -58,7 +59,7 @@ class Calibration:
     knee_share: float  # the reference profile's knee over its ceiling
     knee_factor: float  # the knee: TTFT p99 within this factor of the one-at-a-time median
     profiles: dict[str, ProfileCapacity]
-    curve: tuple[SweepPoint, ...]  # the reference profile's Poisson points
+    curve: tuple[SweepPoint, ...]  # the reference profile's Poisson points (the busy one among them)
     thresholds: dict[str, float] = field(default_factory=dict)  # sandbox:threshold:* name -> value
     warnings: tuple[str, ...] = ()  # what the sweep met (a busy machine), said wherever it is shown
     tpot_line: TpotLine | None = None  # the healthy median TPOT by load: the TPOT SLO is read off it

@@ -3,7 +3,10 @@
     single    one request at a time (closed loop, one client): the latency of an idle stack
     ceiling   a bounded number of clients, each sending its next request when its last ends:
               the most requests per second the stack completes (its throughput ceiling)
-    rates     Poisson arrivals at fractions of the ceiling: latency as load approaches it
+    busy      Poisson arrivals at `busy_share` of the ceiling, every answer waited for: the healthy
+              latency the SLOs are multiples of, at the same point of every machine's curve
+    rates     Poisson arrivals at fractions of the ceiling: latency as load approaches it (the busy
+              point is one of them)
 
 Every phase is measured after its first second (warm-up), so its figures are its own and
 not its predecessor's queue: a closed loop on what streamed inside its window, a rate on the
@@ -35,16 +38,23 @@ from sandbox.traffic.generator import RequestResult, send_request
 @dataclass(frozen=True)
 class SweepConfig:
     single_s: float = 7.0
-    busy_s: float = 5.0
     ceiling_s: float = 7.0
     rate_s: float = 6.0
-    # The busy phase's clients, per replica: a batch a healthy stack at drill loads keeps up with.
-    clients_per_replica: int = 8
+    busy_s: float = 6.0
+    # The busy phase's load, a share of the ceiling: the heaviest base load of the catalogue's drills
+    # (ttft-after-deploy's 0.55; tests/calibration keep every incident's at or under it), so a healthy
+    # drill never runs busier than the load its SLOs were measured at. It was a closed loop of 8 clients a
+    # replica: 0.54 of the ceiling on this machine's two CPUs but 0.72 on one, whose SLOs then sat at a
+    # busier point of its curve (a TTFT SLO of 12.8 s that a throttled replica never reached).
+    busy_share: float = 0.55
+    # ... over enough arrivals for a p99 of every profile's pooled (busy_s, stretched up to max_stretch x):
+    # about 80 pooled here, where one profile's 40 gave p99s of 0.64 to 1.84 s in five sweeps
+    busy_arrivals: int = 25
     # The ceiling's clients are the engines' whole batch (a bounded closed loop: GuideLLM's unbounded
     # 512 streams got no request through in 15 s here). Counted by what streamed, 16, 32 and 64
     # clients on two replicas of max_num_seqs 32 completed 5.5, 7.7 and 9.3 requests/s: a CPU
     # engine's batch keeps paying until it is full.
-    fractions: tuple[float, ...] = (0.35, 0.6, 0.85)
+    fractions: tuple[float, ...] = (0.35, 0.85)  # with the busy share between them
     knee_factor: float = 10.0  # the knee: TTFT p99 within this factor of the one-at-a-time median
     warmup_s: float = 1.0  # requests finishing this soon after a phase starts belong to the phase before
     # A closed phase's window stays open until this many chunks streamed in it (a count of n has a
@@ -57,15 +67,18 @@ class SweepConfig:
         for name in ("single_s", "busy_s", "ceiling_s", "rate_s"):
             if not 1 <= getattr(self, name) <= 120:
                 raise ValueError(f"{name} must be in [1, 120] seconds, got {getattr(self, name)!r}")
-        if not 1 <= self.clients_per_replica <= 64:
-            raise ValueError(f"clients_per_replica must be in [1, 64], got {self.clients_per_replica!r}")
+        if not 0 < self.busy_share < 1:
+            raise ValueError(f"busy_share must be in (0, 1), got {self.busy_share!r}")
         if not self.fractions or any(not 0 < f < 1 for f in self.fractions) or list(self.fractions) != sorted(
-                set(self.fractions)):
-            raise ValueError(f"fractions must be increasing, each in (0, 1), got {self.fractions!r}")
+                set(self.fractions)) or self.busy_share in self.fractions:
+            raise ValueError(f"fractions must be increasing, each in (0, 1) and none the busy share, got "
+                             f"{self.fractions!r}")
         if self.knee_factor <= 1:
             raise ValueError(f"knee_factor must be > 1, got {self.knee_factor!r}")
         if not 0 <= self.warmup_s < min(self.single_s, self.busy_s, self.ceiling_s, self.rate_s):
             raise ValueError("warmup_s must be >= 0 and shorter than every phase")
+        if not 1 <= self.busy_arrivals <= 1000:
+            raise ValueError(f"busy_arrivals must be in [1, 1000], got {self.busy_arrivals!r}")
         if not 0 <= self.min_chunks <= 10_000:
             raise ValueError(f"min_chunks must be in [0, 10000], got {self.min_chunks!r}")
         if not 1 <= self.max_stretch <= 10:
@@ -86,8 +99,8 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class SweepPoint:
-    phase: str  # "single" | "ceiling" | "rate"
-    offered: float  # clients (single, ceiling) or requests/s offered (rate)
+    phase: str  # "single" | "ceiling" | "busy" | "rate"
+    offered: float  # clients (single, ceiling) or requests/s offered (busy, rate)
     requests: int  # finished inside the window
     errors: int
     rate: float  # requests/s finished inside the window
@@ -139,8 +152,7 @@ class Sweeper:
     def __init__(self, api_url: str, model: str, config: SweepConfig = SweepConfig(), seed: int = 0,
                  progress: Callable[[str], None] | None = None, replicas: int = 1, batch: int = 32):
         self.api_url, self.model, self.config, self.seed = api_url, model, config, seed
-        self.clients = config.clients_per_replica * max(1, replicas)
-        self.ceiling_clients = max(self.clients, batch * max(1, replicas))
+        self.ceiling_clients = max(1, batch) * max(1, replicas)
         # Every busy request's TTFT and every gap between its chunks: the SLOs' samples.
         self.busy_ttft: list[float] = []
         self.busy_itl: list[float] = []
@@ -152,7 +164,7 @@ class Sweeper:
         self.whole_chunks = self.whole_tokens = 0
 
     def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
-        """full=False: the busy and ceiling phases only (a profile whose knee is scaled from the reference's)."""
+        """full=False: the ceiling and busy phases only (a profile whose knee is scaled from the reference's)."""
         return asyncio.run(self._run(profile, full))
 
     async def _run(self, profile: TrafficProfile, full: bool) -> list[SweepPoint]:
@@ -165,8 +177,6 @@ class Sweeper:
             if full:
                 points.append(await self._closed(client, profile, rng, "single", 1, cfg.single_s))
                 self.progress("single")
-            points.append(await self._closed(client, profile, rng, "busy", self.clients, cfg.busy_s))
-            self.progress("busy")
             ceiling = await self._closed(client, profile, rng, "ceiling", self.ceiling_clients, cfg.ceiling_s)
             points.append(ceiling)
             self.progress("ceiling")
@@ -174,9 +184,13 @@ class Sweeper:
                 raise RuntimeError(f"profile {profile.name}: nothing streamed in the {cfg.ceiling_s:g} s "
                                    f"throughput phase ({ceiling.errors} errors; {self.last_closed}): "
                                    "is the stack serving?")
-            for fraction in cfg.fractions if full else ():
-                points.append(await self._poisson(client, profile, rng, fraction * ceiling.rate, cfg.rate_s))
-                self.progress(f"rate {fraction:g}")
+            # lightest first: each phase starts from what the one before left queued
+            for fraction in sorted((*(cfg.fractions if full else ()), cfg.busy_share)):
+                busy, rate = fraction == cfg.busy_share, fraction * ceiling.rate
+                window = (min(cfg.max_stretch * cfg.busy_s, max(cfg.busy_s, cfg.busy_arrivals / rate)) if busy
+                          else cfg.rate_s)  # a slow stack's busy share arrives slowly
+                points.append(await self._poisson(client, profile, rng, rate, window, busy=busy))
+                self.progress("busy" if busy else f"rate {fraction:g}")
         return points
 
     async def _one(self, client, profile, rng, finished: list, t_start: float, chunks: list | None = None,
@@ -248,10 +262,12 @@ class Sweeper:
         return self._point(phase, clients, finished, window_s, chunks=chunks, firsts=firsts, gaps=gaps,
                            opened=opened, asked=asked)
 
-    async def _poisson(self, client, profile, rng, rate: float, window_s: float) -> SweepPoint:
+    async def _poisson(self, client, profile, rng, rate: float, window_s: float, busy: bool = False) -> SweepPoint:
         """Poisson arrivals for the window. Once every arrival has streamed its first chunk (its TTFT: what the
         knee reads), what is still decoding is cancelled: the knee has what it needs, and waiting for the last
-        arrivals' whole answers took a few seconds a rate here (three rates, about a tenth of a calibration)."""
+        arrivals' whole answers took a few seconds a rate here (three rates, about a tenth of a calibration).
+        busy: the SLOs' phase, whose every answer is waited for (a median TPOT of the answers that happened to
+        end first is the short ones'), and whose samples are kept (`busy_ttft`, `busy_itl`, `busy_tpot`)."""
         finished: list[tuple[float, RequestResult]] = []
         chunks: list[float] = []
         firsts: list[tuple[float, float]] = []
@@ -267,16 +283,23 @@ class Sweeper:
             task.add_done_callback(pending.discard)
         deadline = time.monotonic() + FIRST_CHUNK_TIMEOUT_S  # what arrived in the window is answered: its queue
         while pending and time.monotonic() < deadline and \
-                len(firsts) + sum(r.ttft_s is None for _, r in finished) < sent:
+                (busy or len(firsts) + sum(r.ttft_s is None for _, r in finished) < sent):
             await asyncio.sleep(0.05)
         for task in list(pending):
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         hi = time.monotonic() - t_start
-        return self._open_point(rate, finished, firsts, gaps, chunks, window_s, hi)
+        point = self._open_point(rate, finished, firsts, gaps, chunks, window_s, hi, "busy" if busy else "rate")
+        if busy:
+            lo = self.config.warmup_s
+            self.busy_ttft += [ttft for at, ttft in firsts if at - ttft >= lo]
+            # gaps while the arrivals ran: the tail after the window decodes with no new arrival beside it
+            self.busy_itl += [gap for at, gap in gaps if lo <= at <= lo + window_s]
+            self.busy_tpot += tpots(r for t, r in finished if t - r.e2e_s >= lo)
+        return point
 
     def _open_point(self, rate: float, finished: list, firsts: list, gaps: list, chunks: list, window_s: float,
-                    hi: float) -> SweepPoint:
+                    hi: float, phase: str = "rate") -> SweepPoint:
         """An open loop's figures: every request that arrived after the warm-up (it began streaming at
         `at - ttft`), however late its first chunk came; the gaps and chunks streamed from the warm-up until
         the phase closed. Requests/s are those arrivals over the window; tokens/s the chunks streamed over
@@ -290,7 +313,7 @@ class Sweeper:
         errors = sum(1 for t, r in finished if r.status != "200" and t - r.e2e_s >= lo)
         per_token = self.whole_chunks / self.whole_tokens if self.whole_tokens else 1.0
         streamed = sum(c >= lo for c in chunks)
-        return SweepPoint("rate", rate, len(ttfts), errors, len(ttfts) / window_s, percentile(ttfts, 50),
+        return SweepPoint(phase, rate, len(ttfts), errors, len(ttfts) / window_s, percentile(ttfts, 50),
                           percentile(ttfts, 99), percentile(itls, 50), percentile(itls, 99),
                           streamed / per_token / max(1e-9, hi - lo), percentile(tpots(ok), 50))
 
@@ -304,13 +327,7 @@ class Sweeper:
         inside = [(t, r) for t, r in finished if lo <= t <= hi]
         # first chunks inside the window; one request at a time leaves no queue to wait out
         ttfts = [ttft for at, ttft in firsts or () if (0.0 if phase == "single" else lo) <= at <= hi]
-        if phase == "busy":
-            self.busy_ttft += ttfts
         itls = [gap for at, gap in gaps or () if lo <= at <= hi]
-        if phase == "busy":
-            self.busy_itl += itls
-            # every answer that ended after the warm-up: a short window ends few of them inside it
-            self.busy_tpot += tpots(r for t, r in finished if t >= lo)
         point = summarize(phase, offered, inside, window_s)
         if firsts is not None:
             point = replace(point, requests=len(ttfts), ttft_p50_s=percentile(ttfts, 50),
@@ -372,9 +389,11 @@ def streamed_rate(finished: list[tuple[float, RequestResult]], lo: float, hi: fl
 def knee(points: list[SweepPoint], factor: float) -> float:
     """The highest rate whose TTFT p99 stays within `factor` x the one-at-a-time median (req/s).
 
-    Linear between the measured rates (from the idle point at rate 0); past the last, the last."""
+    Linear between the measured rates, the busy one among them (from the idle point at rate 0); past the
+    last, the last."""
     single = next((p for p in points if p.phase == "single"), None)
-    rates = sorted((p for p in points if p.phase == "rate" and p.ttft_p99_s is not None), key=lambda p: p.offered)
+    rates = sorted((p for p in points if p.phase in ("rate", "busy") and p.ttft_p99_s is not None),
+                   key=lambda p: p.offered)
     if not rates or single is None or single.ttft_p50_s is None:
         raise ValueError("a knee needs the one-at-a-time point and at least one measured rate")
     limit = factor * single.ttft_p50_s

@@ -5,10 +5,11 @@ same rules page on a 2-core CPU and on a GPU box (the slowest profile sets each,
 threshold serves every incident on the stack: a threshold that differed by incident would
 tell the candidate which one is running):
 
-    ttft_p99_seconds      TTFT_SLO_X x the TTFT p99 of a busy stack (8 clients a replica, each
-                          sending its next request when its last ends), over the busy requests
-                          of every profile pooled (about 80 here: one profile's 40 gave p99s of
-                          0.64 to 1.84 s in five sweeps)
+    ttft_p99_seconds      TTFT_SLO_X x the TTFT p99 of a busy stack (Poisson arrivals at the busy
+                          share of each profile's ceiling: the heaviest base load of the catalogue's
+                          drills, so the same point of every machine's curve), over the busy
+                          requests of every profile pooled (about 80 here: one profile's 40 gave
+                          p99s of 0.64 to 1.84 s in five sweeps)
     client_ttft_p99       CLIENT_X x the TTFT SLO: at drill rates the client's p99 is its slowest
                           request or two a minute, read through 1 / 2.5 / 5 s buckets, and a
                           request can wait seconds in a replica's event loop while a step holds
@@ -70,7 +71,7 @@ def derive(busy_ttft_p99_s: float, busy_itl_p99_s: float) -> dict[str, float]:
 @dataclass(frozen=True)
 class TpotLine:
     """The healthy median time per output token as a function of load (a share of the ceiling): the line
-    through the idle point (one request at a time) and the busy point (8 clients a replica). Between
+    through the idle point (one request at a time) and the busy point (the busy share). Between
     them a CPU engine's step time grows with the requests it batches, which grow with the load."""
     idle_share: float
     idle_s: float

@@ -1,5 +1,6 @@
 """The calibration's arithmetic and its cache: knees, thresholds, keys, corrupt files, invalidation."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,12 @@ def test_percentiles_interpolate_between_order_statistics():
 def test_the_knee_is_where_the_p99_crosses_the_factor_of_the_idle_median():
     # idle median 0.1 s, factor 10: the limit is 1.0 s; p99 0.5 at 2 req/s, 1.5 at 4 req/s -> halfway: 3 req/s
     points = [SINGLE, point("rate", 2.0, 2.0, 0.2, 0.5), point("rate", 4.0, 4.0, 0.5, 1.5)]
+    assert knee(points, 10.0) == pytest.approx(3.0)
+
+
+def test_the_busy_point_is_one_of_the_rates_the_knee_reads():
+    points = [SINGLE, point("rate", 2.0, 2.0, 0.2, 0.5), point("busy", 4.0, 4.0, 0.5, 1.5),
+              point("ceiling", 64, 8.0, 3.0, 9.0)]  # the ceiling is a closed loop: not a rate
     assert knee(points, 10.0) == pytest.approx(3.0)
 
 
@@ -192,10 +199,24 @@ def test_sweep_settings_are_validated_and_scaled():
         SweepConfig(max_stretch=0.5)
     with pytest.raises(ValueError, match="min_chunks"):
         SweepConfig(min_chunks=-1)
+    with pytest.raises(ValueError, match="busy_share must be in"):
+        SweepConfig(busy_share=1.0)
+    with pytest.raises(ValueError, match="none the busy share"):
+        SweepConfig(fractions=(0.35, 0.55))
     short = SweepConfig().scaled(0.25)
-    assert (short.single_s, short.busy_s, short.ceiling_s, short.rate_s) == (1.75, 1.25, 1.75, 1.5)
-    assert short.warmup_s == 0.625
-    assert SweepConfig().seconds(3) == 7.0 + 3 * (5.0 + 7.0) + 3 * 6.0
+    assert (short.single_s, short.busy_s, short.ceiling_s, short.rate_s) == (1.75, 1.5, 1.75, 1.5)
+    assert short.warmup_s == 0.75
+    assert SweepConfig().seconds(3) == 7.0 + 3 * (6.0 + 7.0) + 2 * 6.0
+
+
+def test_no_drill_runs_its_baseline_busier_than_the_load_its_slos_were_measured_at():
+    from incidents.schema import load_catalogue
+    from incidents.script import CEILING
+
+    catalogue = load_catalogue(Path(__file__).resolve().parents[2] / "incidents")
+    shares = {i.id: i.traffic.rate.value for i in catalogue.values() if i.traffic.rate.unit == CEILING}
+    assert len(shares) == len(catalogue)  # every base rate is written in ceiling units
+    assert max(shares.values()) == SweepConfig().busy_share == 0.55  # ttft-after-deploy's
 
 
 def _cli(tmp_path, *args):

@@ -149,3 +149,33 @@ def test_a_pid_reused_by_another_process_is_not_the_same_process(child):
     child.kill()
     child.wait()
     assert not process.alive()
+
+
+def test_a_replicas_fair_cpus_are_its_threads_or_its_share_of_the_cpus_it_may_run_on():
+    from faults.cpu_throttle import fair_cpus
+
+    assert fair_cpus(2, 2, 1) == 1.0  # this machine: two replicas on two CPUs, one compute thread each
+    assert fair_cpus(1, 2, 1) == 0.5  # the whole stack on one CPU
+    assert fair_cpus(16, 2, 1) == 1.0  # a big box: the replica's one thread is all it uses
+    assert fair_cpus(16, 2, 4) == 4.0
+    with pytest.raises(ValueError, match="positive counts"):
+        fair_cpus(0, 2, 1)
+
+
+@needs_cgroup
+def test_cpu_throttle_takes_its_fraction_of_the_replicas_fair_share_not_of_one_cpu(ctx, child, monkeypatch):
+    import os
+
+    other = Replica("another-replica", child.pid)  # two replicas share the child's one CPU
+    monkeypatch.setattr("faults.cpu_throttle.list_replicas",
+                        lambda ctx: [Replica("replica-under-test", child.pid), other])
+    os.sched_setaffinity(child.pid, {sorted(os.sched_getaffinity(0))[0]})
+    fault = build({"type": "cpu-throttle", "replica": 0, "cpu_fraction": 0.2})
+    fault.inject(ctx)
+    try:
+        group = cgroup_of(child.pid, cpu_mount())
+        v2 = group / "cpu.max"
+        quota = int((v2.read_text().split()[0]) if v2.exists() else (group / "cpu.cfs_quota_us").read_text())
+        assert quota == 10_000  # 0.2 of half a CPU, per 100 ms period
+    finally:
+        fault.revert(ctx)
