@@ -169,7 +169,7 @@ def test_cpu_throttle_takes_its_fraction_of_the_replicas_fair_share_not_of_one_c
     other = Replica("another-replica", child.pid)  # two replicas share the child's one CPU
     monkeypatch.setattr("faults.cpu_throttle.list_replicas",
                         lambda ctx: [Replica("replica-under-test", child.pid), other])
-    os.sched_setaffinity(child.pid, {sorted(os.sched_getaffinity(0))[0]})
+    os.sched_setaffinity(child.pid, {min(os.sched_getaffinity(0))})
     fault = build({"type": "cpu-throttle", "replica": 0, "cpu_fraction": 0.2})
     fault.inject(ctx)
     try:
