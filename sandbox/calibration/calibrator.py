@@ -7,8 +7,10 @@ the sweep's).
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -50,8 +52,13 @@ def reference_for(profiles: list[str]) -> str:
 
 
 class Calibrator:
+    """`loads`: another config's calibration of this machine, whose loads a drill keeps (its setup deployed
+    the config measured now): only the SLOs' phases run, one at a time and busy at that calibration's
+    ceilings (`run_slos`)."""
+
     def __init__(self, state, key: dict, profiles: list[str], sweep: SweepConfig = DEFAULT_SWEEP,
-                 progress: Callable[[float, str], None] | None = None, canary: bool = True, seed: int = 0):
+                 progress: Callable[[float, str], None] | None = None, canary: bool = True, seed: int = 0,
+                 loads: Calibration | None = None):
         if not profiles:
             raise CalibrationError("nothing to calibrate: no traffic profile given")
         for name in profiles:
@@ -61,13 +68,15 @@ class Calibrator:
                 raise CalibrationError(str(e)) from None
         self.state, self.key, self.profiles, self.sweep = state, key, sorted(profiles), sweep
         self.progress = progress or (lambda seconds, label: None)
-        self.canary, self.seed = canary, seed
+        self.canary, self.seed, self.loads = canary, seed, loads
+        if loads is not None and not set(self.profiles) <= set(loads.profiles):
+            raise CalibrationError(f"the loads' calibration lacks {sorted(set(self.profiles) - set(loads.profiles))}")
         self.busy_ttft: list[float] = []  # pooled over every profile's busy phase
         self.busy_itl: list[float] = []
         self.busy_tpot: list[float] = []
 
-    def run(self) -> Calibration:
-        t0 = time.monotonic()
+    @contextmanager
+    def _beside_canary(self):
         proc = None
         if self.canary:
             # Its load is what the sweep needs, not its metrics: it announces itself where Prometheus does not
@@ -83,6 +92,16 @@ class Calibrator:
             if proc is not None and not canary_process.probing(proc, self._unscraped_dir()):
                 raise CalibrationError("the calibration's canary did not start probing within 60 s: see "
                                        f"{Path(self.state.run_dir) / 'logs' / 'calibration-canary.log'}")
+            yield
+        finally:
+            if proc is not None:
+                canary_process.halt(proc, self._unscraped_dir())
+
+    def run(self) -> Calibration:
+        if self.loads is not None:
+            return self.run_slos()
+        t0 = time.monotonic()
+        with self._beside_canary():
             reference = reference_for(self.profiles)
             warnings = []
             ref_points = self._measure(reference, full=True)
@@ -97,9 +116,6 @@ class Calibrator:
                     warnings.append(why + " again: the machine is busy, and drills on it will be too")
             measured = {reference: ref_points, **{name: self._measure(name, full=False)
                                                   for name in self.profiles if name != reference}}
-        finally:
-            if proc is not None:
-                canary_process.halt(proc, self._unscraped_dir())
         ref_ceiling = _point(ref_points, "ceiling")
         try:
             share = knee(ref_points, self.sweep.knee_factor) / ref_ceiling.rate
@@ -116,6 +132,22 @@ class Calibrator:
         return Calibration(self.key, time.time(), time.monotonic() - t0, reference, share, self.sweep.knee_factor,
                            profiles, tuple(p for p in ref_points if p.phase in ("rate", "busy")),
                            thresholds.derive(*self.slo_basis()), tuple(warnings), line)
+
+    def run_slos(self) -> Calibration:
+        """The SLOs of the deployed config at the loads' ceilings: the reference one at a time, every profile
+        busy (the busy share of the loads' ceiling); ceilings, knees and curve are the loads'."""
+        t0, loads, warnings = time.monotonic(), self.loads, []
+        reference = loads.reference if loads.reference in self.profiles else reference_for(self.profiles)
+        with self._beside_canary():
+            measured = {name: self._measure(name, full=name == reference, ceiling=loads.profiles[name].ceiling.rate)
+                        for name in self.profiles}
+        profiles = {name: ProfileCapacity(name, _point(pts, "single"), loads.profiles[name].ceiling,
+                                          loads.profiles[name].knee_rps, _point(pts, "busy"))
+                    for name, pts in measured.items()}
+        line = self.tpot_line(profiles[reference], warnings)
+        return Calibration(self.key, time.time(), time.monotonic() - t0, reference, loads.knee_share,
+                           loads.knee_factor, profiles, loads.curve, thresholds.derive(*self.slo_basis()),
+                           tuple(warnings), line)
 
     def _unscraped_dir(self) -> Path:
         path = Path(self.state.run_dir) / "calibration-targets"
@@ -143,7 +175,8 @@ class Calibrator:
             warnings.append(f"no TPOT line ({e}): the TPOT SLO keeps its default")
             return None
 
-    def _measure(self, name: str, full: bool):
+    def _measure(self, name: str, full: bool, ceiling: float | None = None):
+        """ceiling: the SLO phases alone, at this known ceiling (req/s)."""
         done = {"s": 0.0}
         lengths = {"single": self.sweep.single_s, "busy": self.sweep.busy_s, "ceiling": self.sweep.ceiling_s}
 
@@ -153,7 +186,8 @@ class Calibrator:
 
         sweeper = Sweeper(self.state.api_url, self.state.model_name, self.sweep, self.seed, step,
                           replicas=self.state.replicas or 1, batch=engine_batch(self.state))
-        points = sweeper.run(get_profile(name), full=full)
+        points = (sweeper.run(get_profile(name), full=full) if ceiling is None
+                  else sweeper.run_slos(get_profile(name), ceiling, single=full))
         self.busy_ttft += sweeper.busy_ttft
         self.busy_itl += sweeper.busy_itl
         self.busy_tpot += sweeper.busy_tpot
@@ -179,31 +213,40 @@ def _point(points, phase: str):
 
 
 def ensure(cfg, state, profiles: list[str], sweep: SweepConfig = DEFAULT_SWEEP, *, force: bool = False,
-           progress=None, note: Callable[[str], None] = lambda text: None) -> tuple[Calibration, bool]:
-    """The cached calibration for this machine, serve config and catalogue, or a new one (saved).
+           progress=None, note: Callable[[str], None] = lambda text: None,
+           loads: Calibration | None = None) -> tuple[Calibration, bool]:
+    """The cached calibration for this machine, serve config and catalogue (and `loads`, whose ceilings the SLO
+    phases take: see Calibrator), or a new one (saved).
 
     Returns (calibration, measured now)."""
     key = cache.key(Path(state.deployed_config or cfg.serve_config), cfg.incidents, sweep, profiles)
+    if loads is not None:
+        key["loads"] = cache.digest(json.dumps(loads.key, sort_keys=True))
     if not force:
         cal, why = cache.load(cfg.home, key)
         if cal is not None:
             return cal, False
         note(why)
-    cal = Calibrator(state, key, profiles, sweep, progress).run()
+    cal = Calibrator(state, key, profiles, sweep, progress, loads=loads).run()
     cache.save(cfg.home, cal)
     return cal, True
 
 
 def calibrate_stack(cfg, state, profiles: list[str], steps, *, force: bool = False,
                     load_share: Callable[[Calibration], float | None] = lambda cal: None,
-                    ) -> tuple[Calibration, dict[str, float], bool]:
+                    loads: Calibration | None = None) -> tuple[Calibration, dict[str, float], bool]:
     """A drill's (and `sandbox calibrate`'s) calibration of the running stack, with a progress bar, and
     its thresholds installed in the stack's Prometheus: those for the base load `load_share(cal)` (a share of
-    the ceiling; None: the busy load). Returns (calibration, the thresholds installed, measured now)."""
+    the ceiling; None: the busy load). `loads`: the SLOs alone, at that calibration's ceilings (a drill whose
+    setup deployed other settings). Returns (calibration, the thresholds installed, measured now)."""
     sweep = SweepConfig().scaled(cfg.calibration_scale)
-    total = sweep.seconds(len(profiles))
-    with steps.bar(f"calibrating the stack's capacity ({len(profiles)} traffic profile(s))", total) as advance:
-        cal, measured = ensure(cfg, state, profiles, sweep, force=force, progress=advance, note=steps.note)
+    if loads is None:
+        label, total = f"calibrating the stack's capacity ({len(profiles)} traffic profile(s))", sweep.seconds(len(profiles))
+    else:
+        label, total = "calibrating the latency of this baseline's settings", sweep.slo_seconds(len(profiles))
+    with steps.bar(label, total) as advance:
+        cal, measured = ensure(cfg, state, profiles, sweep, force=force, progress=advance, note=steps.note,
+                               loads=loads)
     for warning in cal.warnings if measured else ():
         steps.note(f"calibration: {warning}")
     installed = cal.thresholds_for(load_share(cal))

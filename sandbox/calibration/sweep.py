@@ -17,7 +17,7 @@ queue builds faster than the stack drains it. The one-at-a-time figure is the me
 a handful of idle requests give a steady median, while their p99 is their slowest one
 (0.09 s and 0.46 s in two sweeps a minute apart here, which moved the knee tenfold).
 
-It stays one file (about 390 lines): the phases, the window each one reads and the estimators
+It stays one file (about 430 lines): the phases, the window each one reads and the estimators
 (`streamed_rate`, `knee`) share one clock and one notion of "inside the window"; split apart, the
 window a phase keeps open and the window its figures are counted over would no longer read together.
 """
@@ -91,6 +91,10 @@ class SweepConfig:
                        rate_s=f(self.rate_s), warmup_s=min(self.warmup_s, 0.5 * min(
                            f(self.single_s), f(self.busy_s), f(self.ceiling_s), f(self.rate_s))))
 
+    def slo_seconds(self, profiles: int = 1) -> float:
+        """The SLO phases' measuring time alone (Sweeper.run_slos): one at a time, then busy per profile."""
+        return self.single_s + self.busy_s * profiles
+
     def seconds(self, profiles: int = 1) -> float:
         """A calibration's measuring time (stragglers not counted): the reference profile's full
         sweep and the others' busy and ceiling phases."""
@@ -163,15 +167,43 @@ class Sweeper:
         # chunk often carries two tokens) turn a request's max_tokens into the chunks it streams.
         self.whole_chunks = self.whole_tokens = 0
 
+    def run_slos(self, profile: TrafficProfile, ceiling_rate: float, single: bool) -> list[SweepPoint]:
+        """The SLOs' phases alone, at a ceiling measured before (another config's): one at a time (`single`) and
+        busy."""
+        if not ceiling_rate > 0:
+            raise ValueError(f"a known ceiling must be > 0 requests/s, got {ceiling_rate!r}")
+        return asyncio.run(self._run_slos(profile, ceiling_rate, single))
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.api_url, timeout=httpx.Timeout(120.0, connect=10.0),
+                                 limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
+
+    async def _run_slos(self, profile: TrafficProfile, ceiling_rate: float, single: bool) -> list[SweepPoint]:
+        cfg = self.config
+        async with self._client() as client:
+            rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
+            points = []
+            if single:
+                points.append(await self._closed(client, profile, rng, "single", 1, cfg.single_s))
+                self.progress("single")
+            points.append(await self._busy(client, profile, rng, ceiling_rate))
+            self.progress("busy")
+        return points
+
+    async def _busy(self, client, profile, rng, ceiling_rate: float) -> SweepPoint:
+        cfg = self.config
+        rate = cfg.busy_share * ceiling_rate
+        # a slow stack's busy share arrives slowly: the window stretches for enough arrivals
+        window = min(cfg.max_stretch * cfg.busy_s, max(cfg.busy_s, cfg.busy_arrivals / rate))
+        return await self._poisson(client, profile, rng, rate, window, busy=True)
+
     def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
         """full=False: the ceiling and busy phases only (a profile whose knee is scaled from the reference's)."""
         return asyncio.run(self._run(profile, full))
 
     async def _run(self, profile: TrafficProfile, full: bool) -> list[SweepPoint]:
         cfg = self.config
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-        async with httpx.AsyncClient(base_url=self.api_url, limits=limits,
-                                     timeout=httpx.Timeout(120.0, connect=10.0)) as client:
+        async with self._client() as client:
             rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
             points = []
             if full:
@@ -186,11 +218,12 @@ class Sweeper:
                                    "is the stack serving?")
             # lightest first: each phase starts from what the one before left queued
             for fraction in sorted((*(cfg.fractions if full else ()), cfg.busy_share)):
-                busy, rate = fraction == cfg.busy_share, fraction * ceiling.rate
-                window = (min(cfg.max_stretch * cfg.busy_s, max(cfg.busy_s, cfg.busy_arrivals / rate)) if busy
-                          else cfg.rate_s)  # a slow stack's busy share arrives slowly
-                points.append(await self._poisson(client, profile, rng, rate, window, busy=busy))
-                self.progress("busy" if busy else f"rate {fraction:g}")
+                if fraction == cfg.busy_share:
+                    points.append(await self._busy(client, profile, rng, ceiling.rate))
+                    self.progress("busy")
+                else:
+                    points.append(await self._poisson(client, profile, rng, fraction * ceiling.rate, cfg.rate_s))
+                    self.progress(f"rate {fraction:g}")
         return points
 
     async def _one(self, client, profile, rng, finished: list, t_start: float, chunks: list | None = None,

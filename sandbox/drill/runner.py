@@ -133,6 +133,8 @@ class Drill:
                 self._apply(*self.setup, "setup")
             self.state = StackState.load(self.cfg.state_file)
             self.record.event("deploy", None, version=self.state.version)
+            if self.calibration is not None:
+                self._calibrate_baseline()
         with self.steps.step("starting canary probers"):
             canary = canary_process.launch(self.state.api_url, self.state.model_name, self.state.targets_dir,
                                            self.record.dir / "canary.log")
@@ -196,6 +198,18 @@ class Drill:
         self.plan = self.plan.resolved(cal.knees(), cal.ceilings())
         self.calibration = cal
         if measured:  # the sweep's load is in every rate window the alerts read, until it has aged out
+            self._quiet_until = time.monotonic() + longest_window_s()
+
+    def _calibrate_baseline(self) -> None:
+        """The SLOs of the settings this incident's baseline runs (its setup deploy changed them), measured on
+        that config at the machine calibration's loads (one at a time, busy; cached like any calibration): a
+        healthy baseline is judged by its own latency, and the plan's rates stay the machine's. On one CPU, speculative
+        decoding (tpot-regression's baseline) costs more than it saves: its healthy median TPOT read 1.45x the
+        SLO measured on the default config, where on two CPUs the two are alike."""
+        _, self.thresholds, measured = calibrate_stack(
+            self.cfg, self.state, sorted(self.calibration.profiles), self.steps,
+            load_share=lambda c: self.plan.base_share(c.ceilings()), loads=self.calibration)
+        if measured:
             self._quiet_until = time.monotonic() + longest_window_s()
 
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
