@@ -8,7 +8,7 @@ the clean-up that was already asked to wait stops it, and then run.json names wh
 Faults are built and validated before anything starts, so a bad incident file changes nothing.
 Each resource pushes its closer on `self.closers` as it is acquired; the teardown runs them newest
 first, every one whatever the others did (sandbox/drill/closers.py).
-It stays one file (about 355 lines) because start and end are one ledger: each step that acquires
+It stays one file (about 370 lines) because start and end are one ledger: each step that acquires
 something pushes its closer right there, and split across files the pairs would no longer read together.
 """
 from __future__ import annotations
