@@ -172,23 +172,11 @@ class Sweeper:
         busy."""
         if not ceiling_rate > 0:
             raise ValueError(f"a known ceiling must be > 0 requests/s, got {ceiling_rate!r}")
-        return asyncio.run(self._run_slos(profile, ceiling_rate, single))
+        return asyncio.run(self._run(profile, single, known_ceiling=ceiling_rate))
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.api_url, timeout=httpx.Timeout(120.0, connect=10.0),
                                  limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
-
-    async def _run_slos(self, profile: TrafficProfile, ceiling_rate: float, single: bool) -> list[SweepPoint]:
-        cfg = self.config
-        async with self._client() as client:
-            rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
-            points = []
-            if single:
-                points.append(await self._closed(client, profile, rng, "single", 1, cfg.single_s))
-                self.progress("single")
-            points.append(await self._busy(client, profile, rng, ceiling_rate))
-            self.progress("busy")
-        return points
 
     async def _busy(self, client, profile, rng, ceiling_rate: float) -> SweepPoint:
         cfg = self.config
@@ -201,7 +189,7 @@ class Sweeper:
         """full=False: the ceiling and busy phases only (a profile whose knee is scaled from the reference's)."""
         return asyncio.run(self._run(profile, full))
 
-    async def _run(self, profile: TrafficProfile, full: bool) -> list[SweepPoint]:
+    async def _run(self, profile: TrafficProfile, full: bool, known_ceiling: float | None = None) -> list[SweepPoint]:
         cfg = self.config
         async with self._client() as client:
             rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
@@ -209,6 +197,10 @@ class Sweeper:
             if full:
                 points.append(await self._closed(client, profile, rng, "single", 1, cfg.single_s))
                 self.progress("single")
+            if known_ceiling is not None:  # the SLOs' phases alone
+                points.append(await self._busy(client, profile, rng, known_ceiling))
+                self.progress("busy")
+                return points
             ceiling = await self._closed(client, profile, rng, "ceiling", self.ceiling_clients, cfg.ceiling_s)
             points.append(ceiling)
             self.progress("ceiling")
