@@ -54,11 +54,14 @@ def reference_for(profiles: list[str]) -> str:
 class Calibrator:
     """`loads`: another config's calibration of this machine, whose loads a drill keeps (its setup deployed
     the config measured now): only the SLOs' phases run, one at a time and busy at that calibration's
-    ceilings (`run_slos`)."""
+    ceilings (`run_slos`), and with `load_share` the drill's own load too, through which the TPOT line then
+    runs: speculative decoding's median TPOT is no straight line in the load (0.057 s idle, 0.164 s at 0.55
+    of the ceiling, while the drill's baseline at 0.31 read 0.06-0.07 s: the line through idle and busy put
+    0.11 s there, and the draft's slowdown paged by 1.24 against 1.8x that)."""
 
     def __init__(self, state, key: dict, profiles: list[str], sweep: SweepConfig = DEFAULT_SWEEP,
                  progress: Callable[[float, str], None] | None = None, canary: bool = True, seed: int = 0,
-                 loads: Calibration | None = None):
+                 loads: Calibration | None = None, load_share: float | None = None):
         if not profiles:
             raise CalibrationError("nothing to calibrate: no traffic profile given")
         for name in profiles:
@@ -68,7 +71,8 @@ class Calibrator:
                 raise CalibrationError(str(e)) from None
         self.state, self.key, self.profiles, self.sweep = state, key, sorted(profiles), sweep
         self.progress = progress or (lambda seconds, label: None)
-        self.canary, self.seed, self.loads = canary, seed, loads
+        self.canary, self.seed, self.loads, self.load_share = canary, seed, loads, load_share
+        self.load_tpot: list[float] = []
         if loads is not None and not set(self.profiles) <= set(loads.profiles):
             raise CalibrationError(f"the loads' calibration lacks {sorted(set(self.profiles) - set(loads.profiles))}")
         self.busy_ttft: list[float] = []  # pooled over every profile's busy phase
@@ -139,12 +143,13 @@ class Calibrator:
         t0, loads, warnings = time.monotonic(), self.loads, []
         reference = loads.reference if loads.reference in self.profiles else reference_for(self.profiles)
         with self._beside_canary():
-            measured = {name: self._measure(name, full=name == reference, ceiling=loads.profiles[name].ceiling.rate)
+            measured = {name: self._measure(name, full=name == reference, ceiling=loads.profiles[name].ceiling.rate,
+                                            load_share=self.load_share if name == reference else None)
                         for name in self.profiles}
         profiles = {name: ProfileCapacity(name, _point(pts, "single"), loads.profiles[name].ceiling,
                                           loads.profiles[name].knee_rps, _point(pts, "busy"))
                     for name, pts in measured.items()}
-        line = self.tpot_line(profiles[reference], warnings)
+        line = self.tpot_line(profiles[reference], warnings, _point(measured[reference], "load"))
         return Calibration(self.key, time.time(), time.monotonic() - t0, reference, loads.knee_share,
                            loads.knee_factor, profiles, loads.curve, thresholds.derive(*self.slo_basis()),
                            tuple(warnings), line)
@@ -161,24 +166,28 @@ class Calibrator:
             raise CalibrationError("no busy-phase request streamed: is the stack serving?")
         return ttft, itl
 
-    def tpot_line(self, ref: ProfileCapacity, warnings: list[str]) -> thresholds.TpotLine | None:
+    def tpot_line(self, ref: ProfileCapacity, warnings: list[str], load=None) -> thresholds.TpotLine | None:
         """The healthy median TPOT by load: the reference's one-at-a-time answers, and every profile's busy
         ones pooled, each at its share of the reference's ceiling. None (the TPOT SLO keeps its default, and
         a warning says so) when a phase saw no whole answer: a short test sweep's may not."""
         busy = percentile(self.busy_tpot, 50)
+        at = ref.busy
+        if load is not None:  # a drill's own load (run_slos): the line runs through it instead
+            busy, at = percentile(self.load_tpot, 50), load
         try:
-            if ref.single is None or ref.single.tpot_p50_s is None or busy is None or ref.busy is None:
+            if ref.single is None or ref.single.tpot_p50_s is None or busy is None or at is None:
                 raise ValueError("no whole answer in the one-at-a-time or busy phase")
             return thresholds.TpotLine(ref.single.rate / ref.ceiling.rate, ref.single.tpot_p50_s,
-                                       ref.busy.offered / ref.ceiling.rate, busy)
+                                       at.offered / ref.ceiling.rate, busy)
         except ValueError as e:
             warnings.append(f"no TPOT line ({e}): the TPOT SLO keeps its default")
             return None
 
-    def _measure(self, name: str, full: bool, ceiling: float | None = None):
+    def _measure(self, name: str, full: bool, ceiling: float | None = None, load_share: float | None = None):
         """ceiling: the SLO phases alone, at this known ceiling (req/s)."""
         done = {"s": 0.0}
-        lengths = {"single": self.sweep.single_s, "busy": self.sweep.busy_s, "ceiling": self.sweep.ceiling_s}
+        lengths = {"single": self.sweep.single_s, "busy": self.sweep.busy_s, "load": self.sweep.busy_s,
+                   "ceiling": self.sweep.ceiling_s}
 
         def step(phase: str) -> None:
             done["s"] += lengths.get(phase, self.sweep.rate_s)
@@ -187,10 +196,11 @@ class Calibrator:
         sweeper = Sweeper(self.state.api_url, self.state.model_name, self.sweep, self.seed, step,
                           replicas=self.state.replicas or 1, batch=engine_batch(self.state))
         points = (sweeper.run(get_profile(name), full=full) if ceiling is None
-                  else sweeper.run_slos(get_profile(name), ceiling, single=full))
+                  else sweeper.run_slos(get_profile(name), ceiling, single=full, load_share=load_share))
         self.busy_ttft += sweeper.busy_ttft
         self.busy_itl += sweeper.busy_itl
         self.busy_tpot += sweeper.busy_tpot
+        self.load_tpot += sweeper.load_tpot
         # A short Poisson window may draw no arrival at all: the knee reads the rates that have data.
         bad = [p for p in points if p.phase != "rate" and (p.rate <= 0 or p.requests == 0)]
         if bad:
@@ -214,7 +224,7 @@ def _point(points, phase: str):
 
 def ensure(cfg, state, profiles: list[str], sweep: SweepConfig = DEFAULT_SWEEP, *, force: bool = False,
            progress=None, note: Callable[[str], None] = lambda text: None,
-           loads: Calibration | None = None) -> tuple[Calibration, bool]:
+           loads: Calibration | None = None, load_share: float | None = None) -> tuple[Calibration, bool]:
     """The cached calibration for this machine, serve config and catalogue (and `loads`, whose ceilings the SLO
     phases take: see Calibrator), or a new one (saved).
 
@@ -222,31 +232,35 @@ def ensure(cfg, state, profiles: list[str], sweep: SweepConfig = DEFAULT_SWEEP, 
     key = cache.key(Path(state.deployed_config or cfg.serve_config), cfg.incidents, sweep, profiles)
     if loads is not None:
         key["loads"] = cache.digest(json.dumps(loads.key, sort_keys=True))
+        key["load_share"] = None if load_share is None else round(load_share, 4)
     if not force:
         cal, why = cache.load(cfg.home, key)
         if cal is not None:
             return cal, False
         note(why)
-    cal = Calibrator(state, key, profiles, sweep, progress, loads=loads).run()
+    cal = Calibrator(state, key, profiles, sweep, progress, loads=loads, load_share=load_share).run()
     cache.save(cfg.home, cal)
     return cal, True
 
 
 def calibrate_stack(cfg, state, profiles: list[str], steps, *, force: bool = False,
                     load_share: Callable[[Calibration], float | None] = lambda cal: None,
-                    loads: Calibration | None = None) -> tuple[Calibration, dict[str, float], bool]:
+                    loads: Calibration | None = None, measure_at: float | None = None,
+                    ) -> tuple[Calibration, dict[str, float], bool]:
     """A drill's (and `sandbox calibrate`'s) calibration of the running stack, with a progress bar, and
     its thresholds installed in the stack's Prometheus: those for the base load `load_share(cal)` (a share of
     the ceiling; None: the busy load). `loads`: the SLOs alone, at that calibration's ceilings (a drill whose
-    setup deployed other settings). Returns (calibration, the thresholds installed, measured now)."""
+    setup deployed other settings), and with `measure_at` (its base share) the TPOT line through that load.
+    Returns (calibration, the thresholds installed, measured now)."""
     sweep = SweepConfig().scaled(cfg.calibration_scale)
     if loads is None:
         label, total = f"calibrating the stack's capacity ({len(profiles)} traffic profile(s))", sweep.seconds(len(profiles))
     else:
-        label, total = "calibrating the latency of this baseline's settings", sweep.slo_seconds(len(profiles))
+        label = "calibrating the latency of this baseline's settings"
+        total = sweep.slo_seconds(len(profiles)) + (sweep.busy_s if measure_at else 0.0)
     with steps.bar(label, total) as advance:
         cal, measured = ensure(cfg, state, profiles, sweep, force=force, progress=advance, note=steps.note,
-                               loads=loads)
+                               loads=loads, load_share=measure_at)
     for warning in cal.warnings if measured else ():
         steps.note(f"calibration: {warning}")
     installed = cal.thresholds_for(load_share(cal))

@@ -17,7 +17,7 @@ queue builds faster than the stack drains it. The one-at-a-time figure is the me
 a handful of idle requests give a steady median, while their p99 is their slowest one
 (0.09 s and 0.46 s in two sweeps a minute apart here, which moved the knee tenfold).
 
-It stays one file (about 430 lines): the phases, the window each one reads and the estimators
+It stays one file (about 445 lines): the phases, the window each one reads and the estimators
 (`streamed_rate`, `knee`) share one clock and one notion of "inside the window"; split apart, the
 window a phase keeps open and the window its figures are counted over would no longer read together.
 """
@@ -103,8 +103,8 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class SweepPoint:
-    phase: str  # "single" | "ceiling" | "busy" | "rate"
-    offered: float  # clients (single, ceiling) or requests/s offered (busy, rate)
+    phase: str  # "single" | "ceiling" | "busy" | "rate" | "load"
+    offered: float  # clients (single, ceiling) or requests/s offered (busy, rate, load)
     requests: int  # finished inside the window
     errors: int
     rate: float  # requests/s finished inside the window
@@ -161,35 +161,42 @@ class Sweeper:
         self.busy_ttft: list[float] = []
         self.busy_itl: list[float] = []
         self.busy_tpot: list[float] = []  # each busy answer's time per output token
+        self.load_tpot: list[float] = []  # ... and each answer's at a drill's own load (run_slos' load_share)
         self.progress = progress or (lambda phase: None)
         self.last_closed = ""  # what the last closed phase saw, for an error that says why it measured nothing
         # Chunks and tokens of every request this sweep saw to its end: chunks per token (0.48-0.61 here: a
         # chunk often carries two tokens) turn a request's max_tokens into the chunks it streams.
         self.whole_chunks = self.whole_tokens = 0
 
-    def run_slos(self, profile: TrafficProfile, ceiling_rate: float, single: bool) -> list[SweepPoint]:
-        """The SLOs' phases alone, at a ceiling measured before (another config's): one at a time (`single`) and
-        busy."""
+    def run_slos(self, profile: TrafficProfile, ceiling_rate: float, single: bool,
+                 load_share: float | None = None) -> list[SweepPoint]:
+        """The SLOs' phases alone, at a ceiling measured before (another config's): one at a time (`single`),
+        Poisson at `load_share` of the ceiling (a drill's own base load; its answers' TPOT in `load_tpot`) when
+        given, and busy."""
         if not ceiling_rate > 0:
             raise ValueError(f"a known ceiling must be > 0 requests/s, got {ceiling_rate!r}")
-        return asyncio.run(self._run(profile, single, known_ceiling=ceiling_rate))
+        if load_share is not None and not 0 < load_share < 1:
+            raise ValueError(f"a load share must be in (0, 1), got {load_share!r}")
+        return asyncio.run(self._run(profile, single, known_ceiling=ceiling_rate, load_share=load_share))
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.api_url, timeout=httpx.Timeout(120.0, connect=10.0),
                                  limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
 
-    async def _busy(self, client, profile, rng, ceiling_rate: float) -> SweepPoint:
+    async def _busy(self, client, profile, rng, ceiling_rate: float, share: float | None = None) -> SweepPoint:
+        """The busy phase (share None: the busy share), or the "load" phase at `share`: every answer waited for."""
         cfg = self.config
-        rate = cfg.busy_share * ceiling_rate
+        rate = (cfg.busy_share if share is None else share) * ceiling_rate
         # a slow stack's busy share arrives slowly: the window stretches for enough arrivals
         window = min(cfg.max_stretch * cfg.busy_s, max(cfg.busy_s, cfg.busy_arrivals / rate))
-        return await self._poisson(client, profile, rng, rate, window, busy=True)
+        return await self._poisson(client, profile, rng, rate, window, phase="busy" if share is None else "load")
 
     def run(self, profile: TrafficProfile, full: bool = True) -> list[SweepPoint]:
         """full=False: the ceiling and busy phases only (a profile whose knee is scaled from the reference's)."""
         return asyncio.run(self._run(profile, full))
 
-    async def _run(self, profile: TrafficProfile, full: bool, known_ceiling: float | None = None) -> list[SweepPoint]:
+    async def _run(self, profile: TrafficProfile, full: bool, known_ceiling: float | None = None,
+                   load_share: float | None = None) -> list[SweepPoint]:
         cfg = self.config
         async with self._client() as client:
             rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
@@ -198,6 +205,9 @@ class Sweeper:
                 points.append(await self._closed(client, profile, rng, "single", 1, cfg.single_s))
                 self.progress("single")
             if known_ceiling is not None:  # the SLOs' phases alone
+                if load_share is not None:
+                    points.append(await self._busy(client, profile, rng, known_ceiling, load_share))
+                    self.progress("load")
                 points.append(await self._busy(client, profile, rng, known_ceiling))
                 self.progress("busy")
                 return points
@@ -287,12 +297,14 @@ class Sweeper:
         return self._point(phase, clients, finished, window_s, chunks=chunks, firsts=firsts, gaps=gaps,
                            opened=opened, asked=asked)
 
-    async def _poisson(self, client, profile, rng, rate: float, window_s: float, busy: bool = False) -> SweepPoint:
+    async def _poisson(self, client, profile, rng, rate: float, window_s: float, phase: str = "rate") -> SweepPoint:
         """Poisson arrivals for the window. Once every arrival has streamed its first chunk (its TTFT: what the
         knee reads), what is still decoding is cancelled: the knee has what it needs, and waiting for the last
         arrivals' whole answers took a few seconds a rate here (three rates, about a tenth of a calibration).
-        busy: the SLOs' phase, whose every answer is waited for (a median TPOT of the answers that happened to
-        end first is the short ones'), and whose samples are kept (`busy_ttft`, `busy_itl`, `busy_tpot`)."""
+        phase "busy": the SLOs' phase, whose every answer is waited for (a median TPOT of the answers that
+        happened to end first is the short ones'), and whose samples are kept (`busy_ttft`, `busy_itl`,
+        `busy_tpot`); "load": a drill's own load, answers waited for alike, their TPOT kept (`load_tpot`)."""
+        busy = phase in ("busy", "load")
         finished: list[tuple[float, RequestResult]] = []
         chunks: list[float] = []
         firsts: list[tuple[float, float]] = []
@@ -314,8 +326,10 @@ class Sweeper:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         hi = time.monotonic() - t_start
-        point = self._open_point(rate, finished, firsts, gaps, chunks, window_s, hi, "busy" if busy else "rate")
-        if busy:
+        point = self._open_point(rate, finished, firsts, gaps, chunks, window_s, hi, phase)
+        if phase == "load":
+            self.load_tpot += tpots(r for t, r in finished if t - r.e2e_s >= self.config.warmup_s)
+        elif busy:
             lo = self.config.warmup_s
             self.busy_ttft += [ttft for at, ttft in firsts if at - ttft >= lo]
             # gaps while the arrivals ran: the tail after the window decodes with no new arrival beside it

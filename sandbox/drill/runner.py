@@ -212,7 +212,8 @@ class Drill:
         for its load to leave the alerts' windows cost it 80 s (the suite's verify subset 321 -> 397 s)."""
         _, self.thresholds, measured = calibrate_stack(
             self.cfg, self.state, sorted(self.calibration.profiles), self.steps,
-            load_share=lambda c: self.plan.base_share(c.ceilings()), loads=self.calibration)
+            load_share=lambda c: self.plan.base_share(c.ceilings()), loads=self.calibration,
+            measure_at=self.plan.base_share(self.calibration.ceilings()))
         if measured:
             self._quiet_until = time.monotonic() + longest_window_s()
 

@@ -72,8 +72,8 @@ def test_a_calibration_is_measured_installed_cached_and_reused(calibrated_stack,
 
 def test_a_setup_configs_slos_are_measured_alone_at_the_machine_calibrations_loads(calibrated_stack):
     """What a drill whose setup deploys other settings does (tpot-regression's speculative baseline): the one at a
-    time and busy phases on the deployed config, at the ceilings of the machine's calibration (here: this config's
-    own, cached by the test above)."""
+    time, drill-load and busy phases on the deployed config, at the ceilings of the machine's calibration (here:
+    this config's own, cached by the test above)."""
     from sandbox.calibration.calibrator import Calibrator
     from sandbox.calibration.capacity import Calibration
     from sandbox.calibration.sweep import SweepConfig
@@ -83,7 +83,7 @@ def test_a_setup_configs_slos_are_measured_alone_at_the_machine_calibrations_loa
     machine = Calibration.from_dict(json.loads(out.stdout))
     sweep = SweepConfig().scaled(float(SCALE))
     cal = Calibrator(calibrated_stack.refresh(), {"test": "slos"}, ["default", "long-tail"], sweep,
-                     loads=machine).run()
+                     loads=machine, load_share=0.31).run()
     assert cal.curve == machine.curve and cal.knee_share == machine.knee_share
     for name, p in cal.profiles.items():
         assert p.ceiling == machine.profiles[name].ceiling and p.knee_rps == machine.profiles[name].knee_rps
@@ -91,4 +91,7 @@ def test_a_setup_configs_slos_are_measured_alone_at_the_machine_calibrations_loa
         assert p.busy.requests > 0 and p.busy.errors == 0, name
     assert cal.profiles["default"].single.requests > 0 and cal.profiles["long-tail"].single is None
     assert cal.thresholds["sandbox:threshold:ttft_p99_seconds"] > 0 and cal.tpot_line is not None
-    assert cal.tpot_line.busy_share == pytest.approx(0.55)
+    # the TPOT line runs through the drill's own load: its SLO is 1.8x the median measured there
+    assert cal.tpot_line.busy_share == pytest.approx(0.31)
+    assert cal.thresholds_for(0.31)["sandbox:threshold:tpot_p50_seconds"] == pytest.approx(
+        1.8 * max(cal.tpot_line.idle_s, cal.tpot_line.busy_s), abs=1e-4)
