@@ -64,7 +64,7 @@ def test_thresholds_are_stated_multiples_of_the_pooled_busy_p99s():
     assert thresholds.derive(1.2, 0.5) == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
                                            "sandbox:threshold:client_ttft_p99_seconds": 9.6,  # 4 x 2.4
                                            "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,  # 1 x 0.5
-                                           "sandbox:threshold:replica_ttft_p99_floor_seconds": 1.92}
+                                           "sandbox:threshold:replica_ttft_p99_floor_seconds": 2.4}
 
 
 def test_a_very_fast_stack_gets_the_floors_not_slos_below_what_buckets_resolve():
