@@ -17,7 +17,7 @@ queue builds faster than the stack drains it. The one-at-a-time figure is the me
 a handful of idle requests give a steady median, while their p99 is their slowest one
 (0.09 s and 0.46 s in two sweeps a minute apart here, which moved the knee tenfold).
 
-It stays one file (about 445 lines): the phases, the window each one reads and the estimators
+It stays one file (about 455 lines): the phases, the window each one reads and the estimators
 (`streamed_rate`, `knee`) share one clock and one notion of "inside the window"; split apart, the
 window a phase keeps open and the window its figures are counted over would no longer read together.
 """
@@ -147,6 +147,7 @@ def summarize(phase: str, offered: float, finished: list[tuple[float, RequestRes
                       sum(r.completion_tokens for r in ok) / window_s, percentile(tpots(ok), 50))
 
 
+SINGLE_ANSWERS = 2  # whole answers the one-at-a-time phase waits for (its window stretched) for an idle TPOT
 FIRST_CHUNK_TIMEOUT_S = 60.0  # a closed phase whose first chunk takes longer than this measures nothing
 
 
@@ -285,6 +286,15 @@ class Sweeper:
             while ((sum(c >= lo - t_start for c in chunks) < self.config.min_chunks
                     or not any(at >= lo - t_start for at, _ in firsts)
                     or self.whole_tokens + sum(r.completion_tokens for _, r in finished if r.status == "200") == 0)
+                   and time.monotonic() < longest and not all(t.done() for t in tasks)):
+                await asyncio.sleep(0.1)
+            end[0] = min(time.monotonic(), longest)
+            window_s = max(window_s, end[0] - lo)
+        elif phase == "single":
+            # The idle TPOT needs whole answers inside the window: one CPU under the speculative settings took
+            # 3.8 s to a first token and longer than the 7 s window to an answer, and left no TPOT line at all.
+            longest = end[0] = lo + self.config.max_stretch * window_s
+            while (sum(r.status == "200" and t >= lo - t_start for t, r in finished) < SINGLE_ANSWERS
                    and time.monotonic() < longest and not all(t.done() for t in tasks)):
                 await asyncio.sleep(0.1)
             end[0] = min(time.monotonic(), longest)
