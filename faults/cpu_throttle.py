@@ -27,6 +27,7 @@ from typing import ClassVar
 from faults.base import Fault, FaultContext, InjectionFailed, Location, check_number, check_replica
 from faults.replicas import Process, list_replicas, select
 from services.serve.cgroup_cpu import CgroupMount, cgroup_of, cpu_mounts
+from services.stack.deploy_config import deployed_engine_setting
 
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000  # the kernel refuses a smaller quota
@@ -159,17 +160,6 @@ def fair_cpus(affinity: int, replicas: int, threads: int) -> float:
     return min(float(threads), affinity / replicas)
 
 
-def compute_threads(deployed_config: str | None) -> int:
-    """The deployed engines' torch threads (the serve config's `engine.torch_threads`, 1 if it names none)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(deployed_config).read_text())
-        return max(1, int(data["applications"][0]["args"]["engine"].get("torch_threads") or 1))
-    except (OSError, TypeError, KeyError, IndexError, ValueError, AttributeError, yaml.YAMLError):
-        return 1
-
-
 @dataclass
 class CpuThrottle(Fault):
     """`replica: random | <index>`, `cpu_fraction`: the replica's process may use this share of the CPUs it
@@ -193,7 +183,8 @@ class CpuThrottle(Fault):
         process = Process.of(target)
         self._location = Location(replica=target.replica_id, version=ctx.state.version, component=self.component)
         fair = fair_cpus(len(os.sched_getaffinity(process.pid)), len(replicas),
-                         compute_threads(ctx.state.deployed_config))
+                         # the engines' torch threads: 1 unless the serve config names more
+                         max(1, int(deployed_engine_setting(ctx.state.deployed_config, "torch_threads", 1))))
         cpus = max(MIN_QUOTA_US / PERIOD_US, self.cpu_fraction * fair)
         group = QuotaGroup.create(cpus)
         self._group = group

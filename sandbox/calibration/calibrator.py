@@ -13,14 +13,13 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
 from incidents.profiles import get_profile
 from sandbox.calibration import cache, thresholds
 from sandbox.calibration.capacity import Calibration, CalibrationError, ProfileCapacity
 from sandbox.calibration.sweep import SweepConfig, Sweeper, knee, percentile
 from sandbox.canary import process as canary_process
 from services.stack import threshold_rules
+from services.stack.deploy_config import deployed_engine_setting
 from services.stack.prometheus import PrometheusClient
 
 DEFAULT_SWEEP = SweepConfig()
@@ -211,11 +210,7 @@ class Calibrator:
 
 def engine_batch(state) -> int:
     """The deployed engines' max_num_seqs (the serve config's, 32 if it names none): the ceiling's clients."""
-    try:
-        data = yaml.safe_load(Path(state.deployed_config).read_text())
-        return int(data["applications"][0]["args"]["engine"].get("max_num_seqs", 32))
-    except (OSError, TypeError, KeyError, IndexError, ValueError, AttributeError, yaml.YAMLError):
-        return 32
+    return int(deployed_engine_setting(state.deployed_config, "max_num_seqs", 32))
 
 
 def _point(points, phase: str):

@@ -33,6 +33,16 @@ def next_version(version: str) -> str:
     return f"{m.group(1)}{int(m.group(2)) + 1}" if m else f"{version}-2"
 
 
+def deployed_engine_setting(path: str | Path | None, name: str, default):
+    """An engine setting of the Serve config at `path` as deployed (`engine.<name>`), `default` when the config
+    names none or cannot be read (no stack yet, a config that is not ours)."""
+    try:
+        value = DeployConfig.load(Path(path)).args.get("engine", {}).get(name)
+    except (OSError, TypeError, ValueError, AttributeError, yaml.YAMLError):
+        return default
+    return default if value is None else value
+
+
 class DeployConfig:
     def __init__(self, data: dict):
         apps = data.get("applications") if isinstance(data, dict) else None
