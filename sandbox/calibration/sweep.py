@@ -1,3 +1,6 @@
+# Over 300 lines (about 455): the phases, the window each one reads and the estimators (`streamed_rate`,
+# `knee`) share one clock and one notion of "inside the window"; split apart, the window a phase keeps open
+# and the window its figures are counted over would no longer read together.
 """A capacity sweep of one traffic profile through the OpenAI API, as GuideLLM's sweep does it.
 
     single    one request at a time (closed loop, one client): the latency of an idle stack
@@ -16,10 +19,6 @@ every arrival has begun streaming is cancelled). The knee is the highest rate wh
 queue builds faster than the stack drains it. The one-at-a-time figure is the median:
 a handful of idle requests give a steady median, while their p99 is their slowest one
 (0.09 s and 0.46 s in two sweeps a minute apart here, which moved the knee tenfold).
-
-It stays one file (about 455 lines): the phases, the window each one reads and the estimators
-(`streamed_rate`, `knee`) share one clock and one notion of "inside the window"; split apart, the
-window a phase keeps open and the window its figures are counted over would no longer read together.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
+# Over 300 lines (about 310): verify is drill runs plus a report, and splitting the two commands would split
+# the one `_run` they share.
 """`sandbox drill` and `sandbox verify`: run an incident; check that it is a fair drill.
 
-Both commands share the incident picking and `_run` below (about 310 lines in all); it stays one file
-because verify is drill runs plus a report, and splitting the two commands would split the one `_run`
-they share; verify's report lives in verify_report.py and its statistics in sandbox/drill/verify_stats.py."""
+Both commands share the incident picking and `_run` below; verify's report lives in verify_report.py
+and its statistics in sandbox/drill/verify_stats.py."""
 from __future__ import annotations
 
 # Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command

@@ -1,3 +1,5 @@
+# Over 300 lines (about 375): start and end are one ledger, each step that acquires something pushes its
+# closer right there; split across files, the pairs would no longer read together.
 """One drill, start to finish: stack, traffic, canaries, the timeline, the page, the record, the clean-up.
 
 Invariants, whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP, a closed output; only a signal during
@@ -8,8 +10,6 @@ the clean-up that was already asked to wait stops it, and then run.json names wh
 Faults are built and validated before anything starts, so a bad incident file changes nothing.
 Each resource pushes its closer on `self.closers` as it is acquired; the teardown runs them newest
 first, every one whatever the others did (sandbox/drill/closers.py).
-It stays one file (about 370 lines) because start and end are one ledger: each step that acquires
-something pushes its closer right there, and split across files the pairs would no longer read together.
 """
 from __future__ import annotations
 
