@@ -313,7 +313,7 @@ class Sweeper:
         phase "busy": the SLOs' phase, whose every answer is waited for (a median TPOT of the answers that
         happened to end first is the short ones'), and whose samples are kept (`busy_ttft`, `busy_itl`,
         `busy_tpot`); "load": a drill's own load, answers waited for alike, their TPOT kept (`load_tpot`)."""
-        busy = phase in ("busy", "load")
+        whole = phase in ("busy", "load")  # every answer waited for
         finished: list[tuple[float, RequestResult]] = []
         chunks: list[float] = []
         firsts: list[tuple[float, float]] = []
@@ -329,7 +329,7 @@ class Sweeper:
             task.add_done_callback(pending.discard)
         deadline = time.monotonic() + FIRST_CHUNK_TIMEOUT_S  # what arrived in the window is answered: its queue
         while pending and time.monotonic() < deadline and \
-                (busy or len(firsts) + sum(r.ttft_s is None for _, r in finished) < sent):
+                (whole or len(firsts) + sum(r.ttft_s is None for _, r in finished) < sent):
             await asyncio.sleep(0.05)
         for task in list(pending):
             task.cancel()
@@ -338,7 +338,7 @@ class Sweeper:
         point = self._open_point(rate, finished, firsts, gaps, chunks, window_s, hi, phase)
         if phase == "load":
             self.load_tpot += tpots(r for t, r in finished if t - r.e2e_s >= self.config.warmup_s)
-        elif busy:
+        elif phase == "busy":
             lo = self.config.warmup_s
             self.busy_ttft += [ttft for at, ttft in firsts if at - ttft >= lo]
             # gaps while the arrivals ran: the tail after the window decodes with no new arrival beside it
