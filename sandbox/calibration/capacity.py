@@ -63,6 +63,9 @@ class Calibration:
     thresholds: dict[str, float] = field(default_factory=dict)  # sandbox:threshold:* name -> value
     warnings: tuple[str, ...] = ()  # what the sweep met (a busy machine), said wherever it is shown
     tpot_line: TpotLine | None = None  # the healthy median TPOT by load: the TPOT SLO is read off it
+    # Every busy request's TTFT, pooled and sorted (s): the TTFT SLO's samples, kept so that its estimate
+    # can be checked, and another estimator tried, on what a calibration actually saw.
+    busy_ttft_s: tuple[float, ...] = ()
 
     def __post_init__(self):
         if self.reference not in self.profiles:
@@ -92,7 +95,8 @@ class Calibration:
                 "profiles": {n: p.to_dict() for n, p in self.profiles.items()},
                 "curve": [p.to_dict() for p in self.curve], "thresholds": self.thresholds,
                 "warnings": list(self.warnings),
-                "tpot_line": None if self.tpot_line is None else self.tpot_line.to_dict()}
+                "tpot_line": None if self.tpot_line is None else self.tpot_line.to_dict(),
+                "busy_ttft_s": list(self.busy_ttft_s)}
 
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
@@ -104,7 +108,8 @@ class Calibration:
                        tuple(point_from_dict(p) for p in d["curve"]),
                        {str(k): float(v) for k, v in d["thresholds"].items()},
                        tuple(str(w) for w in d.get("warnings", [])),
-                       None if d["tpot_line"] is None else TpotLine.from_dict(d["tpot_line"]))
+                       None if d["tpot_line"] is None else TpotLine.from_dict(d["tpot_line"]),
+                       tuple(float(v) for v in d.get("busy_ttft_s", ())))
         except CalibrationError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -3,18 +3,22 @@
 Every latency threshold is a stated multiple of a figure the calibration measured, so the
 same rules page on a 2-core CPU and on a GPU box (the slowest profile sets each, since one
 threshold serves every incident on the stack: a threshold that differed by incident would
-tell the candidate which one is running):
+tell the candidate which one is running). Each figure is taken as the alerts will read it:
+through the histogram's buckets (`read_ceiling`), since Prometheus interpolates a quantile
+inside the bucket that holds its rank, so a healthy median of 11 ms reads up to the 15 ms
+boundary above it. An SLO a multiple of the true figure sat under what the healthy stack
+read on a fast CPU (a TPOT SLO of 12.1 ms against a baseline of 14.4 ms through the old
+10-25 ms bucket: the suite's oom-at-peak verify paged InterTokenLatencyHigh in its baseline).
 
     ttft_p99_seconds      TTFT_SLO_X x the TTFT p99 of a busy stack (Poisson arrivals at the busy
                           share of each profile's ceiling: the heaviest base load of the catalogue's
                           drills, so the same point of every machine's curve), over the busy
-                          requests of every profile pooled (about 80 here: one profile's 40 gave
-                          p99s of 0.64 to 1.84 s in five sweeps)
+                          requests of every profile pooled (80-250 here)
     client_ttft_p99       CLIENT_X x the TTFT SLO: at drill rates the client's p99 is its slowest
-                          request or two a minute, read through 1 / 2.5 / 5 s buckets, and a
-                          request can wait seconds in a replica's event loop while a step holds
-                          it (healthy baselines here read up to 4.7 s against a server p99 of
-                          0.66 s); the alert is there for time the servers never see
+                          request or two a minute, and a request can wait seconds in a replica's
+                          event loop while a step holds it (healthy baselines here read up to 4.7 s
+                          against a server p99 of 0.66 s); the alert is there for time the servers
+                          never see
     replica ITL floor     REPLICA_ITL_FLOOR_X x the time between tokens of the busy stack, pooled
                           alike: a replica pages on its ITL spread only once its own p99 is past
                           what a whole busy stack's is (busy ITL p99 measured 0.5-1.0 s here). The
@@ -50,7 +54,10 @@ Prometheus' histogram buckets can tell apart.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from services.serve.metric_names import INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN, TIME_TO_FIRST_TOKEN
 
 TTFT_SLO_X = 2.0
 TPOT_SLO_X = 1.8
@@ -61,12 +68,19 @@ REPLICA_TTFT_FLOOR_SHARE = 1.0
 FLOOR_S = {"ttft": 0.1, "itl": 0.05, "tpot": 0.01}
 
 
+def read_ceiling(value: float, buckets: Sequence[float]) -> float:
+    """The most a quantile whose true value is `value` can read through a histogram of `buckets`:
+    Prometheus interpolates inside the bucket that holds the rank, up to its upper boundary."""
+    return next((float(b) for b in buckets if value <= b), float(value))
+
+
 def derive(busy_ttft_p99_s: float, busy_itl_p99_s: float) -> dict[str, float]:
-    """{sandbox:threshold name: value} from the pooled p99s of the calibration's busy phases."""
+    """{sandbox:threshold name: value} from the pooled p99s of the calibration's busy phases, each as the
+    histograms will read it."""
     if not (busy_ttft_p99_s >= 0 and busy_itl_p99_s >= 0):
         raise ValueError("thresholds need the busy phases' TTFT and ITL p99s")
-    ttft = max(FLOOR_S["ttft"], TTFT_SLO_X * busy_ttft_p99_s)
-    itl_floor = max(FLOOR_S["itl"], REPLICA_ITL_FLOOR_X * busy_itl_p99_s)
+    ttft = max(FLOOR_S["ttft"], TTFT_SLO_X * read_ceiling(busy_ttft_p99_s, TIME_TO_FIRST_TOKEN.buckets))
+    itl_floor = max(FLOOR_S["itl"], REPLICA_ITL_FLOOR_X * read_ceiling(busy_itl_p99_s, INTER_TOKEN_LATENCY.buckets))
     r = lambda v: round(v, 3)
     return {"sandbox:threshold:ttft_p99_seconds": r(ttft),
             "sandbox:threshold:client_ttft_p99_seconds": r(CLIENT_X * ttft),
@@ -105,4 +119,5 @@ def tpot_slo(line: TpotLine, share: float) -> dict[str, float]:
     """{tpot_p50_seconds: value} for a drill whose base traffic is `share` of the ceiling."""
     if not share > 0:
         raise ValueError(f"a load share must be > 0, got {share!r}")
-    return {TPOT_NAME: round(max(FLOOR_S["tpot"], TPOT_SLO_X * line.at(share)), 4)}
+    healthy = read_ceiling(line.at(share), TIME_PER_OUTPUT_TOKEN.buckets)
+    return {TPOT_NAME: round(max(FLOOR_S["tpot"], TPOT_SLO_X * healthy), 4)}

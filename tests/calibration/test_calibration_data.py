@@ -7,6 +7,7 @@ import pytest
 from sandbox.calibration import cache, thresholds
 from sandbox.calibration.capacity import Calibration, CalibrationError, ProfileCapacity
 from sandbox.calibration.sweep import SweepConfig, SweepPoint, knee, percentile
+from services.serve.metric_names import INTER_TOKEN_LATENCY, TIME_TO_FIRST_TOKEN
 
 
 def point(phase, offered, rate, ttft_p50, ttft_p99, itl_p99=0.5):
@@ -60,11 +61,25 @@ def test_a_knee_needs_the_idle_point_and_a_rate():
         knee([point("rate", 2.0, 2.0, 0.2, 0.5)], 10.0)
 
 
-def test_thresholds_are_stated_multiples_of_the_pooled_busy_p99s():
-    assert thresholds.derive(1.2, 0.5) == {"sandbox:threshold:ttft_p99_seconds": 2.4,  # 2 x 1.2
-                                           "sandbox:threshold:client_ttft_p99_seconds": 9.6,  # 4 x 2.4
-                                           "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,  # 1 x 0.5
-                                           "sandbox:threshold:replica_ttft_p99_floor_seconds": 2.4}
+def test_thresholds_are_stated_multiples_of_the_pooled_busy_p99s_as_their_buckets_read_them():
+    assert thresholds.derive(1.2, 0.5) == {"sandbox:threshold:ttft_p99_seconds": 3.0,  # 2 x 1.5, 1.2's bucket top
+                                           "sandbox:threshold:client_ttft_p99_seconds": 12.0,  # 4 x 3.0
+                                           "sandbox:threshold:replica_itl_p99_floor_seconds": 0.5,  # a boundary
+                                           "sandbox:threshold:replica_ttft_p99_floor_seconds": 3.0}
+
+
+def test_a_figure_reads_up_to_the_top_of_the_bucket_that_holds_it():
+    buckets = (0.01, 0.015, 0.025)
+    assert thresholds.read_ceiling(0.011, buckets) == 0.015
+    assert thresholds.read_ceiling(0.015, buckets) == 0.015  # a boundary is its own bucket's top (le)
+    assert thresholds.read_ceiling(0.004, buckets) == 0.01
+    assert thresholds.read_ceiling(0.03, buckets) == 0.03  # past the last boundary: the figure itself
+
+
+def test_no_latency_bucket_between_5_ms_and_80_s_is_wider_than_one_and_a_half_times():
+    for spec in (TIME_TO_FIRST_TOKEN, INTER_TOKEN_LATENCY):
+        b = spec.buckets
+        assert max(hi / lo for lo, hi in zip(b, b[1:]) if 0.005 <= lo < 80) <= 1.5, spec.name
 
 
 def test_a_very_fast_stack_gets_the_floors_not_slos_below_what_buckets_resolve():
@@ -86,7 +101,8 @@ def test_a_drill_gets_the_tpot_slo_of_its_own_base_load_and_the_stacks_other_thr
     cal = calibration()
     at_03 = cal.thresholds_for(0.3)
     assert at_03["sandbox:threshold:tpot_p50_seconds"] == 0.09  # 1.8 x 0.05
-    assert cal.thresholds_for(None)["sandbox:threshold:tpot_p50_seconds"] == 0.126  # the busy load: 1.8 x 0.07
+    # the busy load: 1.8 x 0.075, the top of the bucket that holds 0.07
+    assert cal.thresholds_for(None)["sandbox:threshold:tpot_p50_seconds"] == 0.135
     assert {k: v for k, v in at_03.items() if k != thresholds.TPOT_NAME} == cal.thresholds
     with pytest.raises(ValueError, match="load share must be > 0"):
         cal.thresholds_for(0.0)
@@ -248,10 +264,19 @@ def test_a_sweep_whose_lightest_rate_is_not_light_was_disturbed():
     from sandbox.calibration.calibrator import disturbed
 
     quiet = [SINGLE, point("rate", 2.0, 2.0, 0.2, 0.5)]  # median 2x the idle 0.1 s
-    busy = [SINGLE, point("rate", 2.0, 2.0, 0.74, 1.2)]  # 7.4x: a test suite ran beside it
+    busy = [SINGLE, point("rate", 2.0, 2.0, 0.74, 1.2), point("busy", 3.0, 3.0, 0.6, 1.5)]  # 7.4x, over busy's
     assert disturbed(quiet) is None
     assert disturbed(busy) == ("at 2.00 req/s the median TTFT was 7.4x the idle median "
-                               "(a quiet stack stays within 3x)")
+                               "(a quiet stack stays within 3x, or under the median of a heavier load)")
+
+
+def test_a_fast_stack_whose_light_median_is_many_idle_ones_but_rises_with_the_load_was_not_disturbed():
+    from sandbox.calibration.calibrator import disturbed
+
+    # a fast CPU: a 27.5 ms idle prefill, 103 ms at 0.35 of the ceiling, 224 ms at the busy 0.55
+    fast = [point("single", 1, 4.4, 0.0275, 0.1), point("rate", 9.6, 8.7, 0.103, 0.27),
+            point("busy", 15.1, 18.0, 0.224, 0.75)]
+    assert disturbed(fast) is None
 
 
 def test_a_closed_loops_rate_counts_the_chunks_streamed_inside_the_window():

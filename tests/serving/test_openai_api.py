@@ -1,4 +1,5 @@
 """The OpenAI-compatible API, through the official `openai` client and raw HTTP."""
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -85,9 +86,34 @@ def test_concurrent_requests_share_a_running_batch(stack):
     with ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(one, range(8)))
     assert all(o.usage.completion_tokens == 48 for o in outs)
-    # 8 requests over 2 replicas: some replica ran several of them in one batch.
-    running, _ = stack.wait_for("max(max_over_time(vllm:num_requests_running[1m]))", lambda v: v >= 2)
+    # 8 requests over 2 replicas: some replica runs several of them in one batch. The gauge reaches
+    # Prometheus as Ray exports it (each second) and Prometheus scrapes Ray (each 2 s): on a fast CPU
+    # 48 tokens took under a second and no scrape saw the batch. So the answers go on streaming until
+    # a scrape has seen it, then are cut (the servers abort them), however fast the machine.
+    stop = threading.Event()
+    chunks = [0] * 8
+
+    def streaming(i):
+        stream = client.completions.create(model=stack.model, prompt=f"copy: {'abcdefgh'[:i + 1]} -> ",
+                                           max_tokens=900, temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True})
+        with stream:
+            for _ in stream:
+                chunks[i] += 1
+                if stop.is_set():
+                    break
+
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(streaming, i) for i in range(8)]
+        try:
+            running, _ = stack.wait_for("max(max_over_time(vllm:num_requests_running[1m]))", lambda v: v >= 2,
+                                        timeout_s=60)
+        finally:
+            stop.set()
+        for f in futures:
+            f.result()
     assert running >= 2
+    assert all(n >= 1 for n in chunks)
 
 
 def test_a_client_that_disconnects_aborts_its_request(stack):
