@@ -76,6 +76,9 @@ class Drill:
         self.calibration = None  # sandbox.calibration.capacity.Calibration, when the plan's rates need one
         self.thresholds: dict[str, float] = {}  # what the calibration installed for this drill's base load
         self._quiet_until = 0.0  # monotonic time before which traffic would start in a calibration's wake
+        # The timeline's end: the plan's, moved on by as long as the injection took to land, so a fault that
+        # waits on a rollout (a deploy under load on one CPU took past the plan's end) gets its whole window.
+        self.end_s = self.plan.duration_s
 
     # -- the whole drill ---------------------------------------------------------
     def run(self) -> DrillResult:
@@ -246,7 +249,7 @@ class Drill:
             self.pager.poll(self.traffic.elapsed())
             if self.traffic.error is not None:
                 raise RuntimeError(f"the traffic generator failed: {self.traffic.error!r}")
-            if t >= self.plan.duration_s:
+            if t >= self.end_s:
                 if not self.settings.open_ended:
                     return
                 if not said_so:
@@ -279,6 +282,8 @@ class Drill:
             self._apply(spec, fault, event.kind)
         if event.kind == "inject":
             self.traffic.landed()  # the fault log's done_s says when
+            self.end_s = self.plan.duration_s + max(0.0, self.traffic.elapsed() - event.at_s)
+            self.traffic.extend(self.end_s)
         self._seal()
         state = StackState.load(self.cfg.state_file)
         if self.state and state.version != self.state.version:  # deploys are public, as in any deploy log
@@ -368,6 +373,7 @@ class Drill:
         variant = self.incident.variants[self.plan.variant]
         self.record.seal({"variant": self.plan.variant, "plan": self.plan.to_dict(), "status": status,
                           "answer": resolved_answer(variant.answer, self.fault_log, self.state),
-                          "faults": self.fault_log, "early_alerts": self.pager.early_alerts if self.pager else [],
+                          "faults": self.fault_log, "timeline_end_s": round(self.end_s, 1),
+                          "early_alerts": self.pager.early_alerts if self.pager else [],
                           "page": self.page, "traffic_started": self.t0_wall,
                           "stack_run_dir": self.state.run_dir if self.state else None})

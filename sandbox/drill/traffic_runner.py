@@ -57,6 +57,11 @@ class TrafficRunner:
         """The injection's faults are in (a deploy has rolled out): the variant's traffic change begins."""
         self._changed = True
 
+    def extend(self, until_s: float) -> None:
+        """Send until `until_s` rather than the plan's end (the last segment goes on); never shortens."""
+        if self.until_s is not None:
+            self.until_s = max(self.until_s, until_s)
+
     def segment_at(self, t: float):
         return self.plan.segment_at(t, changed=self._changed)
 

@@ -69,7 +69,8 @@ class RecordedRun:
         elif self.public.get("stopped"):
             end_s = self.public["stopped"] - t0
         else:
-            end_s = min(plan["duration_s"], (self.public.get("ended") or math.inf) - t0)
+            planned = self.sealed.get("timeline_end_s", plan["duration_s"])  # moved on by a late landing
+            end_s = min(planned, (self.public.get("ended") or math.inf) - t0)
         return Windows(t0, float(inject_s), float(settled_s), float(end_s))
 
 

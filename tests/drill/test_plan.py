@@ -162,3 +162,17 @@ def test_a_variant_without_a_traffic_change_holds_nothing_back(ttft):
     plan = make_plan(ttft, "prefix-off", 7, knees={"shared-prefix": 4.0}, ceilings={"shared-prefix": 8.0})
     assert plan.held == []
     assert plan.segment_at(plan.inject_at_s + 1, changed=False) == plan.segment_at(plan.inject_at_s + 1)
+
+
+def test_a_late_landing_moves_the_traffics_end_on_and_never_shortens_it(ttft):
+    plan = make_plan(ttft, "prefix-off", 7, knees={"shared-prefix": 4.0}, ceilings={"shared-prefix": 8.0})
+    runner = TrafficRunner("http://127.0.0.1:9", "model", plan, seed=0, wait_for_landing=True)
+    assert runner.until_s == plan.duration_s
+    runner.extend(plan.duration_s + 55.0)  # the deploy landed 55 s after its planned injection
+    assert runner.until_s == plan.duration_s + 55.0
+    assert runner.segment_at(plan.duration_s + 50.0) == plan.segments[-1]  # the last segment goes on
+    runner.extend(plan.duration_s)
+    assert runner.until_s == plan.duration_s + 55.0
+    open_ended = TrafficRunner("http://127.0.0.1:9", "model", plan, seed=0, open_ended=True)
+    open_ended.extend(plan.duration_s + 55.0)
+    assert open_ended.until_s is None  # an interactive drill's traffic has no end to move
