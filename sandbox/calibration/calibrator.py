@@ -281,13 +281,14 @@ def calibrate_stack(cfg, state, profiles: list[str], steps, *, force: bool = Fal
     return cal, installed, measured
 
 
-def install_thresholds(state, cal: Calibration, values: dict[str, float]) -> Path | None:
+def install_thresholds(state, cal: Calibration, values: dict[str, float], note: str | None = None) -> Path | None:
     """`values` (cal.thresholds_for a load) in the stack's Prometheus; None for a Prometheus this process cannot
     signal (the compose stack's, in its container: it keeps the default thresholds)."""
     if not state.prometheus_pid:
         return None
-    note = (f"Generated from the calibration of {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(cal.measured_at))}\n"
-            "(sandbox/calibration/thresholds.py says how each value is derived); edits are lost on the next drill.")
+    note = note or (
+        f"Generated from the calibration of {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(cal.measured_at))}\n"
+        "(sandbox/calibration/thresholds.py says how each value is derived); edits are lost on the next drill.")
     client = PrometheusClient(state.prometheus_url)
     try:
         return threshold_rules.install(Path(state.run_dir) / "rules", state.prometheus_pid, client,

@@ -108,6 +108,12 @@ class DrillPlan:
         ceiling = ceilings.get(base.knee_profile or base.profile)
         return base.rate / ceiling if base.rate and ceiling else None
 
+    def quiet_until_s(self) -> float:
+        """When the healthy base traffic first changes: the first event (the injection among them), peak or
+        batch job. Until then the drill runs its baseline alone."""
+        return min([self.inject_at_s, *(e.at_s for e in self.events), *(s.start_s for s in self.segments[1:]),
+                    *(j.start_s for j in self.jobs)])
+
     def segment_at(self, t: float, changed: bool = True) -> Segment:
         """The traffic at `t`; changed=False: as if the variant's change had not begun (its faults not landed)."""
         segments = self.segments if changed or not self.held else self.held

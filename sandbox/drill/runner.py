@@ -22,6 +22,7 @@ from pathlib import Path
 
 from faults.base import FaultContext, revert_all
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
+from sandbox.calibration import baseline_slos
 from sandbox.calibration.calibrator import calibrate_stack
 from sandbox.canary import process as canary_process
 from sandbox.drill.closers import Closers
@@ -76,6 +77,7 @@ class Drill:
         self.calibration = None  # sandbox.calibration.capacity.Calibration, when the plan's rates need one
         self.thresholds: dict[str, float] = {}  # what the calibration installed for this drill's base load
         self._quiet_until = 0.0  # monotonic time before which traffic would start in a calibration's wake
+        self._slo_window: tuple[float, float] | None = None  # traffic seconds whose readings set the thresholds
         # The timeline's end: the plan's, moved on by as long as the injection took to land, so a fault that
         # waits on a rollout (a deploy under load on one CPU took past the plan's end) gets its whole window.
         self.end_s = self.plan.duration_s
@@ -164,6 +166,8 @@ class Drill:
             "ceilings_rps": self.calibration.ceilings(),
             "thresholds": self.thresholds})
         self.record.event("traffic started", 0.0)
+        # A calibrated drill's latency thresholds come from its own healthy baseline, read before anything changes
+        self._slo_window = baseline_slos.window(self.plan.quiet_until_s()) if self.calibration is not None else None
 
     def _stack(self) -> StackState:
         try:
@@ -220,6 +224,17 @@ class Drill:
         if measured:
             self._quiet_until = time.monotonic() + longest_window_s()
 
+    def _thresholds_from_baseline(self) -> None:
+        seconds, self._slo_window = self._slo_window, None
+        try:
+            self.thresholds = baseline_slos.install_from_baseline(self.prom, self.state, self.calibration,
+                                                                  self.thresholds, self.t0_wall, seconds)
+        except (PrometheusError, RuntimeError) as e:  # the calibration's thresholds stay: a drill, not a failure
+            self.steps.note(f"the thresholds stay the calibration's: the baseline could not be read ({e})")
+            return
+        self.record.update_public(baseline_thresholds=self.thresholds)
+        self.record.event("thresholds set from the baseline", self.traffic.elapsed())
+
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
         """A reused stack may still be paging about an earlier drill: the baseline starts after it stops."""
         prom = PrometheusClient(state.prometheus_url)
@@ -243,6 +258,8 @@ class Drill:
             if t >= next_note:
                 self.steps.note(f"[dim]{self.traffic.progress(t)}  version {self.state.version}[/dim]")
                 next_note += 30.0
+            if self._slo_window is not None and t >= self._slo_window[1]:
+                self._thresholds_from_baseline()
             while pending and pending[0][0].at_s <= t:
                 event, faults = pending.pop(0)
                 self._inject(event, faults)

@@ -176,3 +176,15 @@ def test_a_late_landing_moves_the_traffics_end_on_and_never_shortens_it(ttft):
     open_ended = TrafficRunner("http://127.0.0.1:9", "model", plan, seed=0, open_ended=True)
     open_ended.extend(plan.duration_s + 55.0)
     assert open_ended.until_s is None  # an interactive drill's traffic has no end to move
+
+
+def test_the_baseline_runs_alone_until_its_first_change_the_injection_or_a_peak(surge, ttft):
+    plan = make_plan(ttft, "prefix-off", 7)
+    assert plan.quiet_until_s() == plan.inject_at_s
+    surged = make_plan(surge, "surge", 7)
+    assert surged.quiet_until_s() == surged.inject_at_s == surged.segments[1].start_s
+    oom = make_plan(load_incident(INCIDENTS / "oom-at-peak.yaml"), "headroom", 7)
+    assert oom.quiet_until_s() == min(oom.inject_at_s, oom.jobs[0].start_s) == oom.inject_at_s
+    early = make_plan(load_incident(INCIDENTS / "oom-at-peak.yaml"), "headroom", 7)
+    early.jobs[0] = type(early.jobs[0])(20.0, 40.0, 3, "documents")
+    assert early.quiet_until_s() == 20.0

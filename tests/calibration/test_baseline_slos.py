@@ -1,0 +1,72 @@
+"""A drill's latency thresholds from its own healthy baseline (sandbox/calibration/baseline_slos.py)."""
+import math
+
+import pytest
+import yaml
+
+from sandbox.calibration import baseline_slos
+from sandbox.calibration.baseline_slos import READINGS, derive, highest, window
+from services.stack.alerts import RULES_DIR
+from tests.drill.series_prom import ExprProm
+
+TTFT = "sandbox:threshold:ttft_p99_seconds"
+TPOT = "sandbox:threshold:tpot_p50_seconds"
+REPLICA_TTFT = "sandbox:threshold:replica_ttft_p99_floor_seconds"
+
+
+def _alert_exprs() -> dict[str, str]:
+    """{threshold name: every alert expression that compares against it, joined}."""
+    out: dict[str, str] = {}
+    for group in yaml.safe_load((RULES_DIR / "serving.rules.yml").read_text())["groups"]:
+        for rule in group["rules"]:
+            for name in READINGS:
+                if "alert" in rule and f"scalar({name})" in rule["expr"]:
+                    out[name] = out.get(name, "") + rule["expr"]
+    return out
+
+
+def test_each_reading_is_the_very_expression_its_alert_compares_with_the_threshold():
+    exprs = _alert_exprs()
+    assert set(exprs) == set(READINGS)
+    squash = lambda s: "".join(s.split())
+    for name, (expr, _, _) in READINGS.items():
+        inner = expr.removeprefix("max(").removesuffix(")") if expr.startswith("max(replica:") else expr
+        assert squash(inner) in squash(exprs[name]), name
+
+
+def test_a_threshold_is_one_and_a_half_times_the_top_of_the_bucket_its_highest_reading_falls_in():
+    got = derive({TTFT: 1.7, TPOT: 0.22, REPLICA_TTFT: 0.98}, {})
+    assert got[TTFT] == 3.0  # 1.7 reads up to the 2.0 boundary
+    assert got[TPOT] == 0.45  # 0.22 reads up to 0.3
+    assert got[REPLICA_TTFT] == 1.5  # 0.98 reads up to 1.0
+    assert baseline_slos.SLO_X == 1.5  # so a reading that stays in its bucket is at most 0.67 of its threshold
+
+
+def test_a_missing_or_nan_reading_keeps_the_calibrations_value_and_a_tiny_one_gets_the_floor():
+    current = {TTFT: 5.0, TPOT: 0.45}
+    got = derive({TTFT: None, TPOT: math.nan, REPLICA_TTFT: 0.0001}, current)
+    assert got[TTFT] == 5.0 and got[TPOT] == 0.45
+    assert got[REPLICA_TTFT] == 0.1  # the TTFT floor: 1.5 x 1 ms would sit below what the buckets tell apart
+    assert "sandbox:threshold:replica_itl_p99_floor_seconds" not in got  # neither read nor calibrated
+
+
+def test_a_reading_that_sets_no_threshold_is_refused():
+    with pytest.raises(ValueError, match="sandbox:threshold:error_share"):
+        derive({"sandbox:threshold:error_share": 0.01}, {})
+
+
+def test_the_window_ends_one_lead_before_the_baseline_changes_and_skips_the_warm_up():
+    assert window(90.0) == (45.0, 75.0)
+    assert window(60.0) == (30.0, 45.0)  # oom-at-peak: half a window after the warm-up is still read
+    assert window(50.0) is None  # 30-35 s: too little to read
+
+
+def test_the_highest_reading_in_the_window_counts_and_nan_is_no_reading():
+    ttft_expr = READINGS[TTFT][0]
+    prom = ExprProm({ttft_expr: lambda t: 0.4 if t != 1_000_050 else 0.9,
+                     READINGS[TPOT][0]: lambda t: math.nan})
+    got = highest(prom, 1_000_045, 1_000_075)
+    assert got[TTFT] == 0.9
+    assert got[TPOT] is None
+    assert got[REPLICA_TTFT] is None  # no series at all
+    assert {(q[1], q[2]) for q in prom.queries} == {(1_000_045, 1_000_075)}
