@@ -6,13 +6,23 @@ calibrations of one machine kind; on a shared machine the stack's speed drifts f
 while a calibration is reused for hours). A drill's own baseline is the same stack, at the drill's
 own load, minutes or seconds before the injection: what production teams set an SLO from.
 
-Before the injection the drill reads, over a window of its baseline, each latency alert's own
-left-hand side as Prometheus evaluates it (the same 1m windows, the same histogram buckets), takes
-its highest value in the window, and sets the threshold to SLO_X x that value as its bucket can
-read it (`read_ceiling`: the top of the bucket that holds it). While the stack stays as healthy as
-it was, each reading stays within its bucket, so the baseline reads at most 1 / SLO_X (0.67) of its
-threshold: the baseline margin verify asks for. A fault pages once it moves its reading past SLO_X
-times that bucket's top.
+Before the injection the drill reads, over its baseline so far, each latency alert's own left-hand
+side as Prometheus evaluates it (the same 1m windows, the same histogram buckets), takes its highest
+value, reads it to the top of the bucket that holds it (`read_ceiling`: Prometheus interpolates up to
+there) and multiplies that by the threshold's multiple:
+
+    SLO_X (1.5)           so that a healthy reading that stays within its bucket is at most 0.67 of its
+                          threshold: the baseline margin verify asks for. A median over every request of
+                          a minute (the TPOT page) and a p99 over every gap between tokens (hundreds a
+                          minute) stay in their bucket.
+    SLO_X x BUCKET_STEP   for a time to first token p99: at a drill's load it is the second slowest of
+                          about 120 requests (a replica's two minutes, the fleet's one), and a healthy
+                          replica's one-minute p99 (its slowest request alone) went from 0.31 to 0.54 s,
+                          two buckets up, five seconds after a window whose highest was 0.35 s
+                          (slow-replica/kernel-path here, 2026-12-02): the next minutes' slow requests may
+                          sit a bucket higher, and 0.67 of the threshold must hold for them too.
+
+A fault pages once it moves its reading past that multiple of its healthy bucket's top.
 
 Every drill of a calibrated stack does this, whatever its incident, at the same point of its
 timeline: thresholds that moved only in latency drills would tell the candidate the family. The
@@ -30,11 +40,12 @@ from services.serve.metric_names import CLIENT_TTFT, INTER_TOKEN_LATENCY, TIME_P
     TIME_TO_FIRST_TOKEN
 
 SLO_X = 1.5
-# How long a window of healthy readings the thresholds are read from, and how long before the injection
-# they are installed: the alerts' `for:` is 15-30 s, so the new values hold through at least one whole
-# `for:` of healthy baseline before anything is injected.
-WINDOW_S = 30.0
+BUCKET_STEP = 1.5  # the widest step of the latency histograms between 5 ms and 80 s (tests/calibration)
+# How long before the baseline's first change the thresholds are installed: the alerts' `for:` is 15-30 s, so
+# the new values hold through at least half a `for:` of healthy baseline before anything is injected; the
+# readings are those of the whole baseline before that (at least MIN_WINDOW_S of it).
 LEAD_S = 15.0
+MIN_WINDOW_S = 15.0
 EARLIEST_S = 30.0  # the first seconds fill the 1m windows and the caches (verify's warm-up): never read
 
 
@@ -43,35 +54,35 @@ def _quantile(q: float, histogram: str, by: str = "") -> str:
 
 
 # threshold -> (the expression its alert compares with it, the buckets that expression is read through,
-#               the floor below which the buckets no longer tell values apart)
-READINGS: dict[str, tuple[str, tuple[float, ...], float]] = {
+#               the floor below which the buckets no longer tell values apart, its multiple)
+READINGS: dict[str, tuple[str, tuple[float, ...], float, float]] = {
     "sandbox:threshold:ttft_p99_seconds": (_quantile(0.99, "vllm:time_to_first_token_seconds"),
-                                           TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"]),
+                                           TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"], SLO_X * BUCKET_STEP),
     "sandbox:threshold:client_ttft_p99_seconds": (_quantile(0.99, "sandbox_traffic_time_to_first_token_seconds"),
-                                                  CLIENT_TTFT.buckets, FLOOR_S["ttft"]),
+                                                  CLIENT_TTFT.buckets, FLOOR_S["ttft"], SLO_X * BUCKET_STEP),
     "sandbox:threshold:tpot_p50_seconds": (_quantile(0.5, "vllm:request_time_per_output_token_seconds"),
-                                           TIME_PER_OUTPUT_TOKEN.buckets, FLOOR_S["tpot"]),
+                                           TIME_PER_OUTPUT_TOKEN.buckets, FLOOR_S["tpot"], SLO_X),
     # the slowest healthy replica: a replica pages once it is past what any replica read while healthy
-    "sandbox:threshold:replica_ttft_p99_floor_seconds": ("max(replica:time_to_first_token_seconds:p99_1m)",
-                                                         TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"]),
+    "sandbox:threshold:replica_ttft_p99_floor_seconds": ("max(replica:time_to_first_token_seconds:p99_2m)",
+                                                         TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"],
+                                                         SLO_X * BUCKET_STEP),
     "sandbox:threshold:replica_itl_p99_floor_seconds": ("max(replica:inter_token_latency_seconds:p99_1m)",
-                                                        INTER_TOKEN_LATENCY.buckets, FLOOR_S["itl"]),
+                                                        INTER_TOKEN_LATENCY.buckets, FLOOR_S["itl"], SLO_X),
 }
 
 
-def window(inject_at_s: float) -> tuple[float, float] | None:
-    """(start, end) seconds of traffic whose readings set the thresholds, which are installed at `end`;
-    None for a baseline too short to hold a window after the warm-up and before the lead."""
-    end = inject_at_s - LEAD_S
-    start = max(EARLIEST_S, end - WINDOW_S)
-    return (start, end) if end - start >= WINDOW_S / 2 else None
+def window(quiet_until_s: float) -> tuple[float, float] | None:
+    """(start, end) seconds of traffic whose readings set the thresholds, which are installed at `end`, LEAD_S
+    before the baseline's first change; None for a baseline too short to hold MIN_WINDOW_S after the warm-up."""
+    end = quiet_until_s - LEAD_S
+    return (EARLIEST_S, end) if end - EARLIEST_S >= MIN_WINDOW_S else None
 
 
 def highest(prom, start_wall: float, end_wall: float, step_s: float = 1.0) -> dict[str, float | None]:
     """{threshold: the highest reading of its expression in [start, end] (unix s)}; None where nothing read
     (no request finished in the window: a histogram with no observations has no quantile)."""
     out: dict[str, float | None] = {}
-    for name, (expr, _, _) in READINGS.items():
+    for name, (expr, *_) in READINGS.items():
         values = [float(v) for series in prom.query_range(expr, start_wall, end_wall, step_s)
                   for _, v in series.get("values", ())]
         finite = [v for v in values if math.isfinite(v)]
@@ -80,19 +91,19 @@ def highest(prom, start_wall: float, end_wall: float, step_s: float = 1.0) -> di
 
 
 def derive(readings: Mapping[str, float | None], current: Mapping[str, float]) -> dict[str, float]:
-    """{threshold: value}: SLO_X x the top of the bucket each highest healthy reading falls in, never below
+    """{threshold: value}: its multiple x the top of the bucket its highest healthy reading falls in, never below
     the buckets' floor; a threshold whose reading is missing keeps its `current` value."""
     unknown = sorted(set(readings) - set(READINGS))
     if unknown:
         raise ValueError(f"no baseline reading sets {', '.join(unknown)}")
     out = {}
-    for name, (_, buckets, floor) in READINGS.items():
+    for name, (_, buckets, floor, multiple) in READINGS.items():
         value = readings.get(name)
         if value is None or not math.isfinite(value) or value < 0:
             if name in current:
                 out[name] = float(current[name])
             continue
-        out[name] = round(max(floor, SLO_X * read_ceiling(value, buckets)), 4)
+        out[name] = round(max(floor, multiple * read_ceiling(value, buckets)), 4)
     return out
 
 
@@ -103,6 +114,6 @@ def install_from_baseline(prom, state, cal, current: Mapping[str, float], t0_wal
     start, end = seconds
     values = {**current, **derive(highest(prom, t0_wall + start, t0_wall + end), current)}
     note = (f"Set from this drill's healthy baseline (traffic seconds {start:.0f}-{end:.0f}): each latency threshold\n"
-            f"is {SLO_X:g} x its highest reading there, read to its bucket's top (sandbox/calibration/baseline_slos.py).")
+            "is a multiple of its highest reading there, read to its bucket's top (sandbox/calibration/baseline_slos.py).")
     install_thresholds(state, cal, values, note)
     return values

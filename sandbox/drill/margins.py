@@ -71,7 +71,7 @@ MARGINS: dict[str, str] = {
     "ReplicaInterTokenLatencyHigh": _replica_margin("replica:inter_token_latency_seconds:p99_1m",
                                                     "sandbox:threshold:replica_itl_p99_ratio",
                                                     "sandbox:threshold:replica_itl_p99_floor_seconds"),
-    "ReplicaTimeToFirstTokenHigh": _replica_margin("replica:time_to_first_token_seconds:p99_1m",
+    "ReplicaTimeToFirstTokenHigh": _replica_margin("replica:time_to_first_token_seconds:p99_2m",
                                                    "sandbox:threshold:replica_ttft_p99_ratio",
                                                    "sandbox:threshold:replica_ttft_p99_floor_seconds"),
     "ServingErrorRateHigh": f"({_ERRORS} or 0 * {_REQUESTS}) / {_REQUESTS} / scalar(sandbox:threshold:error_share)",

@@ -27,15 +27,15 @@ from dataclasses import dataclass
 
 from sandbox.drill.leaks import scan_drill
 from sandbox.drill.margins import baseline_margin, page_margin
-from services.stack.alerts import alert_for_seconds, alert_rules, first_firing
+from services.stack.alerts import alert_for_seconds, alert_rules, first_firing, longest_window_s
 
 PAGE_WITHIN_S = 120.0
 WARMUP_S = 30.0  # the first seconds of traffic fill caches and rate windows: not baseline
 SETTLE_S = 30.0  # rate windows need this long after the injection to show the new regime
-# An alert's expression reads a 1m rate window: until a minute after the injection completed it
-# still holds samples of the transition (a rolling deploy on 2 cores stalls traffic while new
-# replicas load), so other-kind alerts count from here on.
-ALERT_SETTLE_S = 65.0
+# An alert's expression reads rate windows of up to longest_window_s() (2m: a replica's TTFT p99): until that
+# long after the injection completed it still holds samples of the transition (a rolling deploy on 2 cores
+# stalls traffic while new replicas load), so other-kind alerts count from this much later on.
+ALERT_SETTLE_PAD_S = 5.0
 # Kinds of symptom that follow from an incident's own: replicas that fail requests and restart
 # leave the rest of the fleet a queue, so latency follows errors (the converse does not hold).
 FOLLOWS = {"errors": ("errors", "latency")}
@@ -247,7 +247,7 @@ def quiet_check(prom, incident, catalogue: dict, t0: float, inject_s: float, set
                       if o.page.alert and family(o) not in FOLLOWS.get(own_family, (own_family,))})
     # A rolling deploy on a 2-core machine slows everything while new replicas load: alerts that
     # fire only during the injection's transition are reported, not held against the variant.
-    steady = t0 + settled_s + ALERT_SETTLE_S
+    steady = t0 + settled_s + longest_window_s() + ALERT_SETTLE_PAD_S
     transition = [a for a in baseline_alerts(prom, inject_wall, steady) if a in foreign]
     fired = [a for a in baseline_alerts(prom, steady, t0 + end_s) if a in foreign]
     return {"pass": not fired and not moved_foreign, "family": own_family,

@@ -12,6 +12,7 @@ from tests.drill.series_prom import ExprProm
 TTFT = "sandbox:threshold:ttft_p99_seconds"
 TPOT = "sandbox:threshold:tpot_p50_seconds"
 REPLICA_TTFT = "sandbox:threshold:replica_ttft_p99_floor_seconds"
+ITL_FLOOR = "sandbox:threshold:replica_itl_p99_floor_seconds"
 
 
 def _alert_exprs() -> dict[str, str]:
@@ -29,17 +30,19 @@ def test_each_reading_is_the_very_expression_its_alert_compares_with_the_thresho
     exprs = _alert_exprs()
     assert set(exprs) == set(READINGS)
     squash = lambda s: "".join(s.split())
-    for name, (expr, _, _) in READINGS.items():
+    for name, (expr, *_) in READINGS.items():
         inner = expr.removeprefix("max(").removesuffix(")") if expr.startswith("max(replica:") else expr
         assert squash(inner) in squash(exprs[name]), name
 
 
-def test_a_threshold_is_one_and_a_half_times_the_top_of_the_bucket_its_highest_reading_falls_in():
-    got = derive({TTFT: 1.7, TPOT: 0.22, REPLICA_TTFT: 0.98}, {})
-    assert got[TTFT] == 3.0  # 1.7 reads up to the 2.0 boundary
-    assert got[TPOT] == 0.45  # 0.22 reads up to 0.3
-    assert got[REPLICA_TTFT] == 1.5  # 0.98 reads up to 1.0
-    assert baseline_slos.SLO_X == 1.5  # so a reading that stays in its bucket is at most 0.67 of its threshold
+def test_a_threshold_is_its_multiple_of_the_top_of_the_bucket_its_highest_reading_falls_in():
+    got = derive({TTFT: 1.7, TPOT: 0.22, REPLICA_TTFT: 0.33, ITL_FLOOR: 0.41}, {})
+    assert got[TPOT] == 0.45  # 0.22 reads up to 0.3; x 1.5: a reading that stays in its bucket is <= 0.67 of it
+    assert got[ITL_FLOOR] == 0.75  # 0.41 reads up to 0.5
+    # A TTFT p99 is the slowest of a minute's few requests: one bucket more (1.5) on top of the 1.5
+    assert got[TTFT] == 4.5  # 1.7 reads up to 2.0
+    assert got[REPLICA_TTFT] == 0.7875  # 0.33 reads up to 0.35
+    assert 0.423 / got[REPLICA_TTFT] < 0.67  # the healthy replica's two-minute p99 after a window whose highest was 0.35
 
 
 def test_a_missing_or_nan_reading_keeps_the_calibrations_value_and_a_tiny_one_gets_the_floor():
@@ -47,7 +50,7 @@ def test_a_missing_or_nan_reading_keeps_the_calibrations_value_and_a_tiny_one_ge
     got = derive({TTFT: None, TPOT: math.nan, REPLICA_TTFT: 0.0001}, current)
     assert got[TTFT] == 5.0 and got[TPOT] == 0.45
     assert got[REPLICA_TTFT] == 0.1  # the TTFT floor: 1.5 x 1 ms would sit below what the buckets tell apart
-    assert "sandbox:threshold:replica_itl_p99_floor_seconds" not in got  # neither read nor calibrated
+    assert ITL_FLOOR not in got  # neither read nor calibrated
 
 
 def test_a_reading_that_sets_no_threshold_is_refused():
@@ -55,10 +58,10 @@ def test_a_reading_that_sets_no_threshold_is_refused():
         derive({"sandbox:threshold:error_share": 0.01}, {})
 
 
-def test_the_window_ends_one_lead_before_the_baseline_changes_and_skips_the_warm_up():
-    assert window(90.0) == (45.0, 75.0)
-    assert window(60.0) == (30.0, 45.0)  # oom-at-peak: half a window after the warm-up is still read
-    assert window(50.0) is None  # 30-35 s: too little to read
+def test_the_window_is_the_baseline_after_the_warm_up_until_one_lead_before_its_first_change():
+    assert window(90.0) == (30.0, 75.0)
+    assert window(60.0) == (30.0, 45.0)  # oom-at-peak
+    assert window(55.0) is None  # 30-40 s: too little to read
 
 
 def test_the_highest_reading_in_the_window_counts_and_nan_is_no_reading():
