@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from sandbox.drill.leaks import scan_drill
 from sandbox.drill.margins import baseline_margin, page_margin
-from services.stack.alerts import alert_for_seconds, alert_rules, first_firing, longest_window_s
+from services.stack.alerts import alert_for_seconds, alert_rules, first_firing, longest_window_s, recorded_exprs
 
 PAGE_WITHIN_S = 120.0
 WARMUP_S = 30.0  # the first seconds of traffic fill caches and rate windows: not baseline
@@ -91,6 +91,8 @@ _RANGE = re.compile(r"\[(\d+)([smh])[\]:]")
 def settle_after(expr: str) -> float:
     """Seconds after the injection completed before `expr` shows only the new regime: SETTLE_S, or
     longer when the expression reads a longer range (a 1m window holds the transition for a minute)."""
+    # a recorded series reads the ranges of the expression that records it (a replica's TTFT p99: 2m)
+    expr += " ".join(rec for name, rec in recorded_exprs().items() if name in expr)
     ranges = [int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in _RANGE.findall(expr)]
     return max([SETTLE_S, *ranges])
 

@@ -50,6 +50,11 @@ def alert_rules(paths: list[Path] | None = None) -> dict[str, dict]:
     return {r["alert"]: r for g in _groups(paths) for r in g.get("rules", []) if "alert" in r}
 
 
+def recorded_exprs(paths: list[Path] | None = None) -> dict[str, str]:
+    """{recorded series name: the expression that records it}, for every recording rule."""
+    return {r["record"]: str(r["expr"]) for g in _groups(paths) for r in g.get("rules", []) if "record" in r}
+
+
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _DURATION_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 

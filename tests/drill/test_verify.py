@@ -34,6 +34,8 @@ def test_a_signal_over_a_minute_window_is_read_once_the_window_has_cleared_the_t
     assert verify.settle_after("rate(x[30s])") == verify.SETTLE_S
     assert verify.settle_after("histogram_quantile(0.99, rate(x_bucket[1m]))") == 60
     assert verify.settle_after("min_over_time(max(x)[2m:2s])") == 120
+    # a recorded series settles as the expression that records it: a replica's TTFT p99 reads 2m
+    assert verify.settle_after("max(replica:time_to_first_token_seconds:p99_2m)") == 120
     # a transition that lingers for the 1m window after the injection completed is not the new regime
     fn = lambda t: 50.0 if 100 <= t < 160 else 1.0
     assert verify.observe(SeriesProm(fn), "x", "rate(x[1m])", 0, 100, 260).direction == "flat"
