@@ -46,6 +46,11 @@ read on a fast CPU (a TPOT SLO of 12.1 ms against a baseline of 14.4 ms through 
                           sits at TPOT_SLO_X of its own healthy median. It names the load, which the
                           arrival rate shows anyway, not the incident.
 
+These are what a calibrated drill starts with and what `sandbox up` serves with; 15 s before a drill's
+baseline first changes, its latency thresholds are set again from that baseline's own readings
+(sandbox/calibration/baseline_slos.py), since the stack's speed drifts between a calibration and the
+drills that reuse it.
+
 Ratio thresholds (one replica against the fastest) stay as written in the rule file:
 replicas share one machine, so their ratio does not depend on its speed. Non-latency
 thresholds (error share, canary accuracy) are shares, not speeds, and stay too.
