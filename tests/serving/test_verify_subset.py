@@ -15,7 +15,13 @@ import time
 
 import pytest
 
+from incidents.schema import load_incident
+from sandbox.calibration.baseline_slos import LEAD_S, READINGS
+from sandbox.drill.plan import make_plan
 from services.stack import ray_cluster
+from services.stack.settings import REPO_ROOT
+
+INCIDENTS = REPO_ROOT / "incidents"
 
 pytestmark = [pytest.mark.stack, pytest.mark.teardown]
 
@@ -43,3 +49,9 @@ def test_a_catalogue_variant_passes_verify(stack, tmp_path, incident, variant):
     run = json.loads((tmp_path / "runs" / report["run_id"] / "run.json").read_text())
     assert set(run["calibration"]["knees_rps"]) == {"default", "long-tail", "shared-prefix"}
     assert run["calibration"]["measured_at"] < began  # test_calibrate's, found by its key
+    # ... and the latency thresholds were set again from this drill's own baseline, before its first change
+    assert set(run["baseline_thresholds"]) >= set(READINGS)
+    events = [json.loads(line) for line in (tmp_path / "runs" / report["run_id"] / "events.jsonl").read_text().splitlines()]
+    set_at = next(e["at_s"] for e in events if e["kind"] == "thresholds set from the baseline")
+    plan = make_plan(load_incident(INCIDENTS / f"{incident}.yaml"), variant, 0)
+    assert plan.quiet_until_s() - LEAD_S <= set_at < plan.quiet_until_s()
