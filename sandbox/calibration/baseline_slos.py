@@ -6,10 +6,12 @@ calibrations of one machine kind; on a shared machine the stack's speed drifts f
 while a calibration is reused for hours). A drill's own baseline is the same stack, at the drill's
 own load, minutes or seconds before the injection: what production teams set an SLO from.
 
-Before the injection the drill reads, over its baseline so far, each latency alert's own left-hand
-side as Prometheus evaluates it (the same 1m windows, the same histogram buckets), takes its highest
-value, reads it to the top of the bucket that holds it (`read_ceiling`: Prometheus interpolates up to
-there) and multiplies that by the threshold's multiple:
+Before the injection the drill reads each latency alert's own statistic (the same quantile of the
+same histogram, per replica where the alert compares replicas, through the same buckets) over the
+requests of its baseline after the warm-up, at once (an alert's p99 over one minute and this one over
+the 45 s of the window both rank about the 99th of a hundred-odd requests), reads it to the top of the
+bucket that holds it (`read_ceiling`: Prometheus interpolates up to there) and multiplies that by the
+threshold's multiple:
 
     SLO_X (1.5)           so that a healthy reading that stays within its bucket is at most 0.67 of its
                           threshold: the baseline margin verify asks for. A median over every request of
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sandbox.calibration.calibrator import install_thresholds
 from sandbox.calibration.thresholds import FLOOR_S, read_ceiling
@@ -50,74 +53,89 @@ BUCKET_STEP = 1.5  # the widest step of the latency histograms between 5 ms and 
 # readings are those of the whole baseline before that (at least MIN_WINDOW_S of it).
 LEAD_S = 15.0
 MIN_WINDOW_S = 15.0
-EARLIEST_S = 30.0  # the first seconds fill the 1m windows and the caches (verify's warm-up): never read
+# The first seconds are a warm-up (the prefix cache fills, the canary asks its references): the drill's
+# fleet TTFT p99 read 0.34 s over windows that held them and 0.18 s a minute later, and a threshold read
+# from them sat twice as high as the healthy stack (attention-config's page margin 1.21). Only the requests
+# after it are read, over the window at once, not the alerts' rolling windows (which reach back into it).
+EARLIEST_S = 30.0
 
 
-def _quantile(q: float, histogram: str, by: str = "") -> str:
-    return f"histogram_quantile({q:g}, sum by (le{by}) (rate({histogram}_bucket[1m])))"
+@dataclass(frozen=True)
+class Reading:
+    """What one threshold's alert reads: a quantile of a latency histogram, of the fleet or of each replica
+    (the slowest replica's counts), through its buckets; the floor below which they tell nothing apart."""
+    histogram: str
+    q: float
+    by_replica: bool
+    buckets: tuple[float, ...]
+    floor: float
+    multiple: float
+
+    def expr(self, window: str) -> str:
+        """The reading over `window` (a PromQL range: "1m", "45s"), as the alert's expression writes it."""
+        by = ", replica" if self.by_replica else ""
+        inner = f"histogram_quantile({self.q:g}, sum by (le{by}) (rate({self.histogram}_bucket[{window}])))"
+        return f"max({inner})" if self.by_replica else inner
 
 
-# threshold -> (the expression its alert compares with it, the buckets that expression is read through,
-#               the floor below which the buckets no longer tell values apart, its multiple)
-READINGS: dict[str, tuple[str, tuple[float, ...], float, float]] = {
-    "sandbox:threshold:ttft_p99_seconds": (_quantile(0.99, "vllm:time_to_first_token_seconds"),
-                                           TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"], SLO_X * BUCKET_STEP),
-    "sandbox:threshold:client_ttft_p99_seconds": (_quantile(0.99, "sandbox_traffic_time_to_first_token_seconds"),
-                                                  CLIENT_TTFT.buckets, FLOOR_S["ttft"], SLO_X * BUCKET_STEP),
-    "sandbox:threshold:tpot_p50_seconds": (_quantile(0.5, "vllm:request_time_per_output_token_seconds"),
-                                           TIME_PER_OUTPUT_TOKEN.buckets, FLOOR_S["tpot"], SLO_X),
-    # the slowest healthy replica: a replica pages once it is past what any replica read while healthy
-    # ... over two minutes (its second slowest request), and beside a ratio: a baseline nears this floor
-    # only while one replica is far past the other too
-    "sandbox:threshold:replica_ttft_p99_floor_seconds": ("max(replica:time_to_first_token_seconds:p99_2m)",
-                                                         TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"], SLO_X),
-    "sandbox:threshold:replica_itl_p99_floor_seconds": ("max(replica:inter_token_latency_seconds:p99_1m)",
-                                                        INTER_TOKEN_LATENCY.buckets, FLOOR_S["itl"], SLO_X),
+READINGS: dict[str, Reading] = {
+    "sandbox:threshold:ttft_p99_seconds": Reading("vllm:time_to_first_token_seconds", 0.99, False,
+                                                  TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"], SLO_X * BUCKET_STEP),
+    "sandbox:threshold:client_ttft_p99_seconds": Reading("sandbox_traffic_time_to_first_token_seconds", 0.99, False,
+                                                         CLIENT_TTFT.buckets, FLOOR_S["ttft"], SLO_X * BUCKET_STEP),
+    "sandbox:threshold:tpot_p50_seconds": Reading("vllm:request_time_per_output_token_seconds", 0.5, False,
+                                                  TIME_PER_OUTPUT_TOKEN.buckets, FLOOR_S["tpot"], SLO_X),
+    # the slowest healthy replica, beside a ratio to the fastest: a baseline nears this floor only while one
+    # replica is far past the other too
+    "sandbox:threshold:replica_ttft_p99_floor_seconds": Reading("vllm:time_to_first_token_seconds", 0.99, True,
+                                                                TIME_TO_FIRST_TOKEN.buckets, FLOOR_S["ttft"], SLO_X),
+    "sandbox:threshold:replica_itl_p99_floor_seconds": Reading("vllm:inter_token_latency_seconds", 0.99, True,
+                                                               INTER_TOKEN_LATENCY.buckets, FLOOR_S["itl"], SLO_X),
 }
 
 
 def window(quiet_until_s: float) -> tuple[float, float] | None:
-    """(start, end) seconds of traffic whose readings set the thresholds, which are installed at `end`, LEAD_S
+    """(start, end) seconds of traffic whose requests set the thresholds, which are installed at `end`, LEAD_S
     before the baseline's first change; None for a baseline too short to hold MIN_WINDOW_S after the warm-up."""
     end = quiet_until_s - LEAD_S
     return (EARLIEST_S, end) if end - EARLIEST_S >= MIN_WINDOW_S else None
 
 
-def highest(prom, start_wall: float, end_wall: float, step_s: float = 1.0) -> dict[str, float | None]:
-    """{threshold: the highest reading of its expression in [start, end] (unix s)}; None where nothing read
+def measure(prom, start_wall: float, end_wall: float) -> dict[str, float | None]:
+    """{threshold: its reading over the requests of [start, end] (unix s) alone}; None where nothing was read
     (no request finished in the window: a histogram with no observations has no quantile)."""
+    seconds = max(1, int(end_wall - start_wall))
     out: dict[str, float | None] = {}
-    for name, (expr, *_) in READINGS.items():
-        values = [float(v) for series in prom.query_range(expr, start_wall, end_wall, step_s)
-                  for _, v in series.get("values", ())]
+    for name, reading in READINGS.items():
+        values = [float(row["value"][1]) for row in prom.query(reading.expr(f"{seconds}s"), at=end_wall)]
         finite = [v for v in values if math.isfinite(v)]
         out[name] = max(finite) if finite else None
     return out
 
 
 def derive(readings: Mapping[str, float | None], current: Mapping[str, float]) -> dict[str, float]:
-    """{threshold: value}: its multiple x the top of the bucket its highest healthy reading falls in, never below
+    """{threshold: value}: its multiple x the top of the bucket its healthy reading falls in, never below
     the buckets' floor; a threshold whose reading is missing keeps its `current` value."""
     unknown = sorted(set(readings) - set(READINGS))
     if unknown:
         raise ValueError(f"no baseline reading sets {', '.join(unknown)}")
     out = {}
-    for name, (_, buckets, floor, multiple) in READINGS.items():
+    for name, reading in READINGS.items():
         value = readings.get(name)
         if value is None or not math.isfinite(value) or value < 0:
             if name in current:
                 out[name] = float(current[name])
             continue
-        out[name] = round(max(floor, multiple * read_ceiling(value, buckets)), 4)
+        out[name] = round(max(reading.floor, reading.multiple * read_ceiling(value, reading.buckets)), 4)
     return out
 
 
 def install_from_baseline(prom, state, cal, current: Mapping[str, float], t0_wall: float,
                           seconds: tuple[float, float]) -> dict[str, float]:
-    """Read the healthy readings of traffic seconds `seconds` (from `t0_wall`), install the thresholds they give
+    """Read the healthy baseline of traffic seconds `seconds` (from `t0_wall`), install the thresholds they give
     beside the `current` others (ratios, shares) and return every value now installed."""
     start, end = seconds
-    values = {**current, **derive(highest(prom, t0_wall + start, t0_wall + end), current)}
+    values = {**current, **derive(measure(prom, t0_wall + start, t0_wall + end), current)}
     note = (f"Set from this drill's healthy baseline (traffic seconds {start:.0f}-{end:.0f}): each latency threshold\n"
             "is a multiple of its highest reading there, read to its bucket's top (sandbox/calibration/baseline_slos.py).")
     install_thresholds(state, cal, values, note)

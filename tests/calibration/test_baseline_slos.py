@@ -5,9 +5,8 @@ import pytest
 import yaml
 
 from sandbox.calibration import baseline_slos
-from sandbox.calibration.baseline_slos import READINGS, derive, highest, window
-from services.stack.alerts import RULES_DIR
-from tests.drill.series_prom import ExprProm
+from sandbox.calibration.baseline_slos import READINGS, derive, measure, window
+from services.stack.alerts import RULES_DIR, recorded_exprs
 
 TTFT = "sandbox:threshold:ttft_p99_seconds"
 TPOT = "sandbox:threshold:tpot_p50_seconds"
@@ -26,13 +25,18 @@ def _alert_exprs() -> dict[str, str]:
     return out
 
 
-def test_each_reading_is_the_very_expression_its_alert_compares_with_the_threshold():
+def test_each_reading_is_the_statistic_its_alert_compares_with_the_threshold_over_the_alerts_window():
     exprs = _alert_exprs()
     assert set(exprs) == set(READINGS)
+    recorded = recorded_exprs()
     squash = lambda s: "".join(s.split())
-    for name, (expr, *_) in READINGS.items():
-        inner = expr.removeprefix("max(").removesuffix(")") if expr.startswith("max(replica:") else expr
-        assert squash(inner) in squash(exprs[name]), name
+    for name, reading in READINGS.items():
+        alert = squash(exprs[name])
+        # a by-replica alert compares a recorded series: the reading must be what that series records
+        alert += "".join(squash(rec) for rec_name, rec in recorded.items() if rec_name in alert)
+        inner = lambda window: squash(reading.expr(window)).removeprefix("max(").removesuffix(")") \
+            if reading.by_replica else squash(reading.expr(window))
+        assert any(inner(w) in alert for w in ("1m", "2m")), name
 
 
 def test_a_threshold_is_its_multiple_of_the_top_of_the_bucket_its_highest_reading_falls_in():
@@ -63,12 +67,22 @@ def test_the_window_is_the_baseline_after_the_warm_up_until_one_lead_before_its_
     assert window(55.0) is None  # 30-40 s: too little to read
 
 
-def test_the_highest_reading_in_the_window_counts_and_nan_is_no_reading():
-    ttft_expr = READINGS[TTFT][0]
-    prom = ExprProm({ttft_expr: lambda t: 0.4 if t != 1_000_050 else 0.9,
-                     READINGS[TPOT][0]: lambda t: math.nan})
-    got = highest(prom, 1_000_045, 1_000_075)
-    assert got[TTFT] == 0.9
-    assert got[TPOT] is None
-    assert got[REPLICA_TTFT] is None  # no series at all
-    assert {(q[1], q[2]) for q in prom.queries} == {(1_000_045, 1_000_075)}
+def test_the_window_is_read_at_once_at_its_end_and_nan_or_nothing_is_no_reading():
+    class InstantProm:  # the instant-query side of the API: {expr: rows}, every query kept
+        def __init__(self, rows):
+            self.rows, self.queries = rows, []
+
+        def query(self, expr, at=None):
+            self.queries.append((expr, at))
+            return self.rows.get(expr, [])
+
+    ttft, tpot, replica = (READINGS[n].expr("45s") for n in (TTFT, TPOT, REPLICA_TTFT))
+    prom = InstantProm({ttft: [{"metric": {}, "value": [0, "0.9"]}],
+                        tpot: [{"metric": {}, "value": [0, "NaN"]}],
+                        replica: [{"metric": {}, "value": [0, "0.3"]}]})
+    got = measure(prom, 1_000_030, 1_000_075)
+    assert got[TTFT] == 0.9 and got[REPLICA_TTFT] == 0.3
+    assert got[TPOT] is None and got[ITL_FLOOR] is None
+    assert {at for _, at in prom.queries} == {1_000_075}
+    assert replica == ("max(histogram_quantile(0.99, sum by (le, replica) "
+                       "(rate(vllm:time_to_first_token_seconds_bucket[45s]))))")
