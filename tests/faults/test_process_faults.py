@@ -41,6 +41,11 @@ needs_cgroup = pytest.mark.skipif(not _writable_cpu_cgroup(), reason="needs a wr
 def child():
     # The argument makes the command line look like a Serve replica's process title.
     proc = subprocess.Popen([sys.executable, "-c", BUSY, "ray::ServeReplica:test"])
+    # Popen returns once forked: until the exec, /proc shows pytest's command line, and a fault injected then
+    # finds no replica there (the suite on a busy machine did, once)
+    deadline = time.monotonic() + 10
+    while b"ServeReplica" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield proc
     proc.kill()
     proc.wait()
