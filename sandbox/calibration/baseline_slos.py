@@ -137,6 +137,6 @@ def install_from_baseline(prom, state, cal, current: Mapping[str, float], t0_wal
     start, end = seconds
     values = {**current, **derive(measure(prom, t0_wall + start, t0_wall + end), current)}
     note = (f"Set from this drill's healthy baseline (traffic seconds {start:.0f}-{end:.0f}): each latency threshold\n"
-            "is a multiple of its highest reading there, read to its bucket's top (sandbox/calibration/baseline_slos.py).")
+            "is a multiple of its reading over those requests, read to its bucket's top (sandbox/calibration/baseline_slos.py).")
     install_thresholds(state, cal, values, note)
     return values

@@ -20,6 +20,7 @@ absolute floor for signals near zero), else `flat`.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -88,11 +89,17 @@ def _samples(prom, expr: str, start: float, end: float, step_s: float) -> list[f
 _RANGE = re.compile(r"\[(\d+)([smh])[\]:]")
 
 
+@functools.cache
+def _recorded() -> dict[str, str]:
+    """The rule files' recording rules, read once: settle_after is asked for every signal of every check."""
+    return recorded_exprs()
+
+
 def settle_after(expr: str) -> float:
     """Seconds after the injection completed before `expr` shows only the new regime: SETTLE_S, or
     longer when the expression reads a longer range (a 1m window holds the transition for a minute)."""
     # a recorded series reads the ranges of the expression that records it (a replica's TTFT p99: 2m)
-    expr += " ".join(rec for name, rec in recorded_exprs().items() if name in expr)
+    expr += " ".join(rec for name, rec in _recorded().items() if name in expr)
     ranges = [int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in _RANGE.findall(expr)]
     return max([SETTLE_S, *ranges])
 
