@@ -166,20 +166,24 @@ def choose_split_k(num_rows: int, k: int, batch_invariant: bool) -> int:
     """How many K chunks a GEMM with `num_rows` rows uses.
 
     Mimics library heuristics: few rows leave most of a GPU idle, so the
-    reduction is split to create more parallel work: up to 8 rows four ways,
-    up to 64 two ways. A serving step's row count is its decode batch plus any
-    prefill chunk, so the split a sequence gets changes from step to step with
-    what it shares the step with. The tiers sit where a small stack's steps
-    are: at a drill's load a replica decodes 2-14 sequences a step (with tiers
-    at 16 and 128 nearly every decode step of the flaky-outputs drill took the
-    same split, and its canary saw 0.005 of repeats differ). Only splits that
-    divide K evenly are used, and short reductions are never split.
+    reduction is split to create more parallel work: one row eight ways, up to
+    4 rows four ways, up to 16 two ways. A serving step's row count is its
+    decode batch plus any prefill chunk, so the split a sequence gets changes
+    from step to step with what it shares the step with. The tiers sit where a
+    replica's decode batch moves on any machine: a drill's per-replica
+    concurrency is its rate times a request's latency, so a faster machine runs
+    fewer sequences a step (1-9 on a 2-core machine 4x faster than the 2-14 of
+    the first one). With one tier at 8 rows, nearly every step there took the
+    same split: offline, a greedy story asked alone and beside 1-8 others
+    differed in 2 of 48 runs; with these tiers in 39 of 48 (2026-12-02), and the
+    flaky-outputs drill's canary saw no mismatch at all with the old ones. Only
+    splits that divide K evenly are used, and short reductions are never split.
     """
     if num_rows < 0 or k < 0:
         raise ValueError(f"choose_split_k needs num_rows >= 0 and k >= 0, got {num_rows}, {k}")
     if batch_invariant or k < 64:
         return 1
-    split = 4 if num_rows <= 8 else 2 if num_rows <= 64 else 1
+    split = 8 if num_rows <= 1 else 4 if num_rows <= 4 else 2 if num_rows <= 16 else 1
     while split > 1 and k % split:
         split //= 2
     return split

@@ -19,8 +19,10 @@ def test_batch_invariant_mode_never_splits(rows):
 
 
 @pytest.mark.parametrize("rows, k, split", [
-    (1, 4096, 4), (8, 4096, 4), (9, 4096, 2), (64, 4096, 2), (65, 4096, 1),
+    (1, 4096, 8), (2, 4096, 4), (4, 4096, 4), (5, 4096, 2), (16, 4096, 2), (17, 4096, 1), (512, 4096, 1),
+    (0, 4096, 8),  # an empty GEMM splits like one row (nothing to add up either way)
     (1, 63, 1),  # short reductions are never split
+    (1, 68, 4),  # 68 is a multiple of 4, not of 8
     (1, 66, 2),  # 66 is even but not a multiple of 4
     (1, 65, 1),  # odd K: no even split exists
 ])
