@@ -206,11 +206,17 @@ def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator
                                                       "add `node: container` to the variant")
         traffic = None
         if v is not None and "traffic" in v:
-            t = r.mapping(v["traffic"], path + ("traffic",), optional=("profile", "rate_factor"))
+            t = r.mapping(v["traffic"], path + ("traffic",), optional=("profile", "rate_factor", "concurrency"))
             if t is not None and not t:
-                r.error(path + ("traffic",), "name a profile, a rate_factor or both (or leave traffic out)")
+                r.error(path + ("traffic",), "name a profile, a rate_factor, a concurrency or some of them "
+                                             "(or leave traffic out)")
+            clients = r.number(t, path + ("traffic",), "concurrency", positive=True)
+            if clients is not None and clients != int(clients):
+                r.error(path + ("traffic", "concurrency"), f"must be a whole number of clients, got {clients:g}")
+                clients = None
             traffic = TrafficChange(_profile(r, t, path + ("traffic",), profiles),
-                                    r.number(t, path + ("traffic",), "rate_factor", positive=True, default=1.0))
+                                    r.number(t, path + ("traffic",), "rate_factor", positive=True, default=1.0),
+                                    None if clients is None else int(clients))
         signature = _signature(r, v, path, signals)
         answer = _answer(r, v, path, signals, signature, faults)
         variants[key] = Variant(key, weight, tuple(faults), traffic, signature, answer, node)

@@ -85,6 +85,14 @@ class TrafficChange:
     """A variant's change to traffic at injection (decoys, surges); None keeps the incident's."""
     profile: str | None = None
     rate_factor: float = 1.0  # multiplies the base and peak rates, in whichever unit they are written
+    # a batch job of this many clients from the landing to the end, beside the base traffic (each client
+    # sends its next request when its last one ends): a load that outgrows any machine's capacity by a
+    # number of requests, not by a share of a measured rate
+    concurrency: int | None = None
+
+    def __post_init__(self):
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or self.concurrency < 1):
+            raise ValueError(f"concurrency must be a whole number of clients >= 1, got {self.concurrency!r}")
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,14 @@ class Segment:
 
 @dataclass(frozen=True)
 class Job:
-    """`concurrency` clients from start_s to end_s, each sending its next request when its last ends."""
+    """`concurrency` clients from start_s to end_s, each sending its next request when its last ends; a
+    variant's job (`after_landing`) waits, past start_s, for the injection to land, as its other traffic
+    changes do."""
     start_s: float
     end_s: float
     concurrency: int
     profile: str
+    after_landing: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,9 @@ def make_plan(incident, variant_name: str, seed: int, duration_s: float | None =
     jobs = [Job(float(p.at_s), float(min(p.at_s + p.duration_s, duration)), p.concurrency,
                 p.profile or incident.traffic.profile)
             for p in incident.traffic.peaks if p.concurrency is not None and p.at_s < duration]
+    change = variant.traffic
+    if change is not None and change.concurrency is not None:
+        jobs.append(Job(inject, duration, change.concurrency, change.profile or incident.traffic.profile, True))
     plan = DrillPlan(incident.id, variant_name, seed, inject, duration, float(tl.baseline_s), segments, events, jobs,
                      held)
     return plan if knees is None else plan.resolved(knees, ceilings)

@@ -18,6 +18,7 @@ many clients, each sending its next request as soon as its last one ends.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 import time
@@ -109,13 +110,16 @@ class TrafficRunner:
 
             async def job_client(job, index: int) -> None:
                 rng = random.Random(f"job/{self.seed}/{job.start_s}/{index}")  # independent of timing
-                while not self._stop.is_set() and self.elapsed() < job.end_s:
+                # a variant's job lasts as its traffic change does: to the (extended, or open) end
+                while not self._stop.is_set() and self.elapsed() < (
+                        job.end_s if not job.after_landing else self.until_s if self.until_s is not None else math.inf):
                     self.stats.sent += 1
                     await one(get_profile(job.profile).sample(rng), None)
 
             async def job(job) -> None:
-                while not self._stop.is_set() and (wait := job.start_s - self.elapsed()) > 0:
-                    await asyncio.sleep(min(wait, 0.25))
+                while not self._stop.is_set() and ((wait := job.start_s - self.elapsed()) > 0
+                                                   or (job.after_landing and not self._changed)):
+                    await asyncio.sleep(min(max(wait, 0.05), 0.25))
                 if not self._stop.is_set():
                     await asyncio.gather(*(job_client(job, i) for i in range(job.concurrency)))
 

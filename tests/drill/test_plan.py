@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from incidents.schema import load_incident
+from incidents.source import IncidentError
 from sandbox.drill.plan import Segment, make_plan
 from sandbox.drill.traffic_runner import TrafficRunner
 from tests.incidents.samples import VALID, edit, fake_faults
@@ -60,13 +61,37 @@ def test_the_injection_event_carries_the_variants_faults(ttft):
     assert inject.at_s == plan.inject_at_s
 
 
-def test_a_surge_multiplies_the_rate_from_the_injection_on(surge):
+def test_a_surge_is_a_job_of_clients_from_the_landing_beside_the_unchanged_base_rate(surge):
     plan = make_plan(surge, "surge", 3, knees={"default": 4.0}, ceilings={"default": 5.0})
     before, after = plan.segment_at(plan.inject_at_s - 1), plan.segment_at(plan.inject_at_s + 1)
-    assert (str(surge.traffic.rate), surge.variants["surge"].traffic.rate_factor) == ("0.25 ceiling", 4.8)
-    assert before.rate == pytest.approx(1.25) and after.rate == pytest.approx(6.0)  # 0.25 and 1.2 of the ceiling
-    assert (before.knee, before.unit, after.knee) == (0.25, "ceiling", pytest.approx(1.2))
-    assert before.profile == after.profile == surge.traffic.profile
+    assert str(surge.traffic.rate) == "0.25 ceiling"
+    assert before.rate == after.rate == pytest.approx(1.25)  # 0.25 of the ceiling, before and after
+    (job,) = plan.jobs
+    assert (job.start_s, job.end_s, job.concurrency, job.profile, job.after_landing) == (
+        plan.inject_at_s, plan.duration_s, 128, surge.traffic.profile, True)
+
+
+def test_a_variants_job_waits_for_the_landing_and_lasts_as_long_as_the_traffic(surge):
+    plan = make_plan(surge, "surge", 3, knees={"default": 4.0}, ceilings={"default": 5.0})
+    runner = TrafficRunner("http://127.0.0.1:9", "model", plan, seed=0, wait_for_landing=True)
+    assert runner._changed is False  # the job's loop waits on it, past its start
+    runner.extend(plan.duration_s + 40.0)
+    assert runner.until_s == plan.duration_s + 40.0  # where the job's clients stop, as the base traffic does
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "must be > 0, got 0"), ("2.5", "must be a whole number of clients, got 2.5"),
+    ("many", "expected a number, got string 'many'"),
+])
+def test_a_variants_concurrency_that_is_not_a_whole_number_of_clients_is_refused(tmp_path, value, message):
+    text = (INCIDENTS / "traffic-surge.yaml").read_text().replace("traffic: {concurrency: 128}",
+                                                                     f"traffic: {{concurrency: {value}}}")
+    path = tmp_path / "traffic-surge.yaml"
+    path.write_text(text)
+    with pytest.raises(IncidentError) as error:
+        load_incident(path)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "concurrency: " + value in t)
+    assert str(error.value) == f"{path}:{line}: variants.surge.traffic.concurrency: {message}"
 
 
 def test_a_decoy_changes_the_prompt_mix_at_the_injection(ttft):
@@ -92,10 +117,10 @@ def test_a_batch_job_peak_runs_beside_the_base_traffic_with_its_own_profile():
 
 def test_an_absolute_plan_is_the_same_with_or_without_knees(absolute_surge):
     plan = make_plan(absolute_surge, "surge", 3)
-    assert plan.segments == [Segment(0.0, 2.0, "default"), Segment(plan.inject_at_s, 9.6, "default")]
+    assert plan.segments == [Segment(0.0, 2.0, "default")]  # the surge is a job of clients, not a rate
     assert plan.unresolved_profiles() == set()
     assert make_plan(absolute_surge, "surge", 3, knees={}).to_dict() == plan.to_dict() == plan.resolved({}).to_dict()
-    assert plan.to_dict()["segments"][1] == {"start_s": plan.inject_at_s, "rate": 9.6, "profile": "default",
+    assert plan.to_dict()["segments"][0] == {"start_s": 0.0, "rate": 2.0, "profile": "default",
                                              "knee": None, "knee_profile": None, "unit": None}
 
 
@@ -182,7 +207,7 @@ def test_the_baseline_runs_alone_until_its_first_change_the_injection_or_a_peak(
     plan = make_plan(ttft, "prefix-off", 7)
     assert plan.quiet_until_s() == plan.inject_at_s
     surged = make_plan(surge, "surge", 7)
-    assert surged.quiet_until_s() == surged.inject_at_s == surged.segments[1].start_s
+    assert surged.quiet_until_s() == surged.inject_at_s == surged.jobs[0].start_s
     oom = make_plan(load_incident(INCIDENTS / "oom-at-peak.yaml"), "headroom", 7)
     assert oom.quiet_until_s() == min(oom.inject_at_s, oom.jobs[0].start_s) == oom.inject_at_s
     early = make_plan(load_incident(INCIDENTS / "oom-at-peak.yaml"), "headroom", 7)
