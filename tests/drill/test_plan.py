@@ -1,11 +1,14 @@
 """A drill's schedule is fixed by (incident, variant, seed) before anything runs."""
+import http.server
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from incidents.schema import load_incident
 from incidents.source import IncidentError
-from sandbox.drill.plan import Segment, make_plan
+from sandbox.drill.plan import DrillPlan, Job, Segment, make_plan
 from sandbox.drill.traffic_runner import TrafficRunner
 from tests.incidents.samples import VALID, edit, fake_faults
 
@@ -213,3 +216,38 @@ def test_the_baseline_runs_alone_until_its_first_change_the_injection_or_a_peak(
     early = make_plan(load_incident(INCIDENTS / "oom-at-peak.yaml"), "headroom", 7)
     early.jobs[0] = type(early.jobs[0])(20.0, 40.0, 3, "documents")
     assert early.quiet_until_s() == 20.0
+
+
+def test_a_variants_job_sends_nothing_until_the_injection_lands_and_then_keeps_its_clients_busy():
+    """The real runner against a loopback server that answers every request at once (with a 503): the job's
+    four clients wait for `landed()`, past their planned start, then send one request after another."""
+    class Overloaded(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            body = b'{"error": {"message": "overloaded", "type": "overloaded", "code": 503}}'
+            self.send_response(503)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Overloaded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    plan = DrillPlan("traffic-surge", "surge", 0, 0.0, 30.0, 0.0, [Segment(0.0, 0.2, "short")],
+                     jobs=[Job(0.0, 30.0, 4, "short", after_landing=True)])
+    runner = TrafficRunner(f"http://127.0.0.1:{server.server_port}", "model", plan, seed=0,
+                           wait_for_landing=True).start()
+    try:
+        time.sleep(1.5)
+        before = runner.stats.sent  # the base traffic's few arrivals at 0.2 req/s, no job client's
+        runner.landed()
+        time.sleep(1.5)
+        after = runner.stats.sent
+    finally:
+        runner.stop()
+        server.shutdown()
+    assert before <= 3
+    assert after - before >= 20  # four clients, each sending again as soon as its 503 comes back
