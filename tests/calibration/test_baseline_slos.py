@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from sandbox.calibration import baseline_slos
-from sandbox.calibration.baseline_slos import FEW_REQUESTS, READINGS, derive, measure, per_window, window
+from sandbox.calibration.baseline_slos import READINGS, derive, measure, window
 from services.stack.alerts import RULES_DIR, recorded_exprs
 
 TTFT = "sandbox:threshold:ttft_p99_seconds"
@@ -46,35 +46,6 @@ def test_a_threshold_is_its_multiple_of_the_top_of_the_bucket_its_highest_readin
     assert got[REPLICA_TTFT] == 0.525  # 0.33 reads up to 0.35 (a replica's two-minute p99)
     # The fleet's one-minute TTFT p99 is its slowest request or two: one bucket more (1.5) on top of the 1.5
     assert got[TTFT] == 4.5  # 1.7 reads up to 2.0
-
-
-@pytest.mark.parametrize("per_minute, ttft", [
-    (None, 4.5),  # no count read: the sparse multiple, 2.25 x 2.0
-    (FEW_REQUESTS - 1, 4.5),  # a p99 of 299 requests is the slowest two or three: one bucket more
-    (FEW_REQUESTS, 3.0),  # from 300 on it is no one request's: 1.5 x 2.0
-    (900.0, 3.0),
-])
-def test_the_fleets_ttft_multiple_follows_how_many_requests_one_alert_window_holds(per_minute, ttft):
-    counts = {TTFT: per_minute, "sandbox:threshold:client_ttft_p99_seconds": per_minute}
-    got = derive({TTFT: 1.7, "sandbox:threshold:client_ttft_p99_seconds": 1.7, TPOT: 0.22}, {}, counts)
-    assert got[TTFT] == got["sandbox:threshold:client_ttft_p99_seconds"] == ttft
-    assert got[TPOT] == 0.45  # a median's multiple does not depend on the count
-
-
-def test_the_count_is_the_baselines_request_rate_over_one_alert_window_read_at_the_windows_end():
-    class InstantProm:
-        def __init__(self):
-            self.queries = []
-
-        def query(self, expr, at=None):
-            self.queries.append((expr, at))
-            return [{"metric": {}, "value": [0, "12.5"]}]
-
-    prom = InstantProm()
-    got = per_window(prom, 1_000_030, 1_000_075)
-    assert set(got) == {TTFT, "sandbox:threshold:client_ttft_p99_seconds"}  # only the fleet's p99s have two
-    assert got[TTFT] == 12.5
-    assert (f"sum(rate(vllm:time_to_first_token_seconds_count[45s])) * 60", 1_000_075) in prom.queries
 
 
 def test_a_missing_or_nan_reading_keeps_the_calibrations_value_and_a_tiny_one_gets_the_floor():
