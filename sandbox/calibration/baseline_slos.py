@@ -100,6 +100,17 @@ READINGS: dict[str, Reading] = {
 }
 
 
+def earliest_change_s(longest_window_s: float) -> float:
+    """The earliest a drill whose page reads a threshold set from its baseline may first change anything: the
+    thresholds go in LEAD_S before the change, and every window its alerts read (the longest: `longest_window_s`,
+    a replica's TTFT p99 over 2m) must then hold only requests after the warm-up. A window that still held the
+    warm-up's slow first seconds read a healthy replica at 1.36x the floor set from the requests after it
+    (slow-replica/throttled, injected 92 s in: baseline margin 0.80; 2026-12-03), while the warm-up itself
+    (the first 15 s: cold prefix caches, the canary's references) read TTFT p99s 2-3x the minutes after it in
+    every run of that sitting."""
+    return EARLIEST_S + longest_window_s + LEAD_S
+
+
 def window(quiet_until_s: float) -> tuple[float, float] | None:
     """(start, end) seconds of traffic whose requests set the thresholds, which are installed at `end`, LEAD_S
     before the baseline's first change; None for a baseline too short to hold MIN_WINDOW_S after the warm-up."""

@@ -86,3 +86,21 @@ def test_the_window_is_read_at_once_at_its_end_and_nan_or_nothing_is_no_reading(
     assert {at for _, at in prom.queries} == {1_000_075}
     assert replica == ("max(histogram_quantile(0.99, sum by (le, replica) "
                        "(rate(vllm:time_to_first_token_seconds_bucket[45s]))))")
+
+
+def test_every_latency_drill_first_changes_once_the_alerts_windows_hold_no_warm_up():
+    from incidents.schema import load_catalogue
+    from sandbox.drill.verify import family
+    from services.stack.alerts import longest_window_s
+
+    earliest = baseline_slos.earliest_change_s(longest_window_s())
+    assert earliest == 30.0 + 120.0 + 15.0
+    checked = []
+    for incident in load_catalogue().values():
+        if family(incident) not in ("latency", "control"):
+            continue
+        tl = incident.timeline
+        first = min([tl.inject_at_s, *(p.at_s for p in incident.traffic.peaks), *(e.at_s for e in tl.events)])
+        assert first >= earliest, f"{incident.id} first changes at {first}s, before {earliest}s"
+        checked.append(incident.id)
+    assert {"slow-replica", "ttft-after-deploy", "tpot-regression", "traffic-surge", "quiet-shift"} <= set(checked)
