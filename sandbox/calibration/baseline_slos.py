@@ -106,8 +106,8 @@ def earliest_change_s(longest_window_s: float) -> float:
     a replica's TTFT p99 over 2m) must then hold only requests after the warm-up. A window that still held the
     warm-up's slow first seconds read a healthy replica at 1.36x the floor set from the requests after it
     (slow-replica/throttled, injected 92 s in: baseline margin 0.80; 2026-12-03), while the warm-up itself
-    (the first 15 s: cold prefix caches, the canary's references) read TTFT p99s 2-3x the minutes after it in
-    every run of that sitting."""
+    (the first 15 s; cold prefix caches or the canary's references, not told apart) read TTFT p99s 2-3x the
+    minute after it in each of the three runs of that sitting read for it."""
     return EARLIEST_S + longest_window_s + LEAD_S
 
 
