@@ -65,6 +65,10 @@ ROOT_CAUSES: tuple[Term, ...] = (
          "Offered load is more than the deployed replicas can serve; nothing is broken."),
     Term("no-fault",
          "Nothing is wrong: the signals stay within baseline noise."),
+    # causes added after the brief's list (a paging alert keeps at least three causes behind it)
+    Term("speculation-too-deep",
+         "Speculative decoding drafts more tokens per step than the draft model predicts: most are rejected, "
+         "and every step still spends the time to draft and verify them."),
 )
 
 REMEDIATIONS: tuple[Term, ...] = (
@@ -163,7 +167,9 @@ MECHANISMS: dict[str, tuple[Move, ...]] = {
     "weight-quantization-too-coarse": _moves("task", task_accuracy="down")
     + (Move("task-accuracy", "down", part=_SHORT),),
     "kv-cache-quantization": _moves("task", task_accuracy="down") + (Move("task-accuracy", "down", part=_LONG),),
-    "draft-model-mismatch": _moves(spec_acceptance="down", time_between_tokens="up"),
+    "draft-model-mismatch": _moves(spec_acceptance="down", time_between_tokens="up",
+                                   drafted_tokens_per_step="flat"),
+    "speculation-too-deep": _moves(drafted_tokens_per_step="up", spec_acceptance="down", time_between_tokens="up"),
     "capacity-exceeded": _moves(request_rate="up", queue_time="up", time_to_first_token="up", prefill_time="flat",
                                 decode_time="flat", prompt_length="flat", output_length="flat"),
     "no-fault": (),

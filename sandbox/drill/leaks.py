@@ -42,6 +42,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "weight-quantization-too-coarse": ("quantization too coarse", "coarse quantization", "bad quantization"),
     "kv-cache-quantization": ("kv cache quantization", "kv quantization", "bad kv scale", "kv scale"),
     "draft-model-mismatch": ("draft mismatch", "mismatched draft", "wrong draft", "draft model mismatch"),
+    "speculation-too-deep": ("too deep", "speculation depth", "deep speculation", "too many draft tokens",
+                             "drafts too many"),
     # ("traffic surge" is the brief's public incident id, shown with every drill of it)
     "capacity-exceeded": ("capacity exceeded", "over capacity"),
     "no-fault": ("no fault", "control drill", "nothing injected", "no injection"),

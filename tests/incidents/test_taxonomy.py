@@ -17,14 +17,16 @@ BRIEF_ROOT_CAUSES = [
     "sampler-seed-ignored", "replica-numerics-mismatch", "cpu-throttled-replica", "kernel-fallback",
     "kv-cache-too-small", "weight-quantization-too-coarse", "kv-cache-quantization", "draft-model-mismatch",
     "capacity-exceeded", "no-fault"]
+# causes added since the brief, after its list so its ids keep their places
+ADDED_ROOT_CAUSES = ["speculation-too-deep"]
 BRIEF_REMEDIATIONS = [
     "rollback-deploy", "enable-prefix-caching", "raise-prefill-budget", "lower-memory-utilization",
     "lower-max-num-seqs", "restart-replica", "drain-replica", "enable-batch-invariance", "honor-seed",
     "requantize-finer", "raise-kv-cache", "scale-out", "no-action"]
 
 
-def test_ids_are_exactly_the_briefs_in_order():
-    assert [t.id for t in ROOT_CAUSES] == BRIEF_ROOT_CAUSES
+def test_ids_are_exactly_the_briefs_in_order_then_the_added_causes():
+    assert [t.id for t in ROOT_CAUSES] == BRIEF_ROOT_CAUSES + ADDED_ROOT_CAUSES
     assert [t.id for t in REMEDIATIONS] == BRIEF_REMEDIATIONS
 
 
