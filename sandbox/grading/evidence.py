@@ -72,8 +72,10 @@ CATALOGUE: tuple[Piece, ...] = (
     Piece("cpu", "CPU throttling by replica", (
         ("throttled s/s", "max by (replica) (rate(sandbox:replica_cpu_throttled_seconds_total[1m]))"),
     )),
-    Piece("spec-decode", "speculative decoding: accepted draft tokens per drafted token", (
+    Piece("spec-decode", "speculative decoding: acceptance; tokens drafted and accepted per step", (
         ("acceptance", "sum(rate(vllm:spec_decode_num_accepted_tokens_total[1m])) / sum(rate(vllm:spec_decode_num_draft_tokens_total[1m]))"),
+        ("drafted per step", "sum(rate(vllm:spec_decode_num_draft_tokens_total[1m])) / sum(rate(vllm:spec_decode_num_drafts_total[1m]))"),
+        ("accepted per step", "sum(rate(vllm:spec_decode_num_accepted_tokens_total[1m])) / sum(rate(vllm:spec_decode_num_drafts_total[1m]))"),
     )),
     Piece("errors", "client request outcomes by status; replica restarts", (
         ("requests/s by status", "sum by (status) (rate(sandbox_traffic_requests_total[1m]))"),

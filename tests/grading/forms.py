@@ -32,6 +32,7 @@ HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total
 THROTTLED = "sandbox:replica_cpu_throttled_seconds_total"
 USED, CAPACITY = "sandbox:device_memory_used_bytes", "sandbox:device_memory_capacity_bytes"
 ACCEPTED, DRAFTED = "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"
+PROPOSALS = "vllm:spec_decode_num_drafts_total"
 
 # accuracy on long answers minus accuracy on short ones: the error growing with generation length
 _GAP = "(" + _share(CHECKS, 'length="long"', "correct") + ") - (" + _share(CHECKS, 'length="short"', "correct") + ")"
@@ -98,4 +99,8 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
     ("tpot-regression", "draft"): (
         [f"sum by (replica) (rate({ACCEPTED}[1m])) / sum by (replica) (rate({DRAFTED}[1m]))"],
         f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"),
+    ("tpot-regression", "depth"): (
+        [f"sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m]))",
+         f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],
+        f"max(sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m])))"),
 }
