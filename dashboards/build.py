@@ -118,6 +118,9 @@ def overview() -> Board:
     b.panel("Speculative decoding acceptance", [
         (ratio("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"), "acceptance")],
         "percentunit")
+    b.panel("Speculative decoding tokens per step", [
+        (ratio("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_drafts_total"), "drafted"),
+        (ratio("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"), "accepted")])
     return b
 
 

@@ -118,6 +118,18 @@ def test_a_page_by_a_narrow_margin_or_over_a_near_baseline_fails():
     assert warm["baseline_margin"] == 0.4 and warm["pass"]
 
 
+def test_a_margin_only_the_injections_transition_carries_is_not_the_page_margin():
+    # a rolling deploy from t = 100 to t = 140: 4.7x while the versions overlap, 1.2x once the new one serves alone
+    def rollout(t):
+        return 0.4 if t < 100 else 4.7 if t < 170 else 1.2
+    page = verify.page_check(_paging(rollout), INCIDENT, 0, 100, 300, settled_wall=140)
+    # TimeToFirstTokenHigh reads a 1m window: its margin counts from 60 s after the rollout completed
+    assert verify.steady_from("TimeToFirstTokenHigh", 100, 140) == 200
+    assert (page["seconds_to_page"], page["page_margin"], page["pass"]) == (40.0, 1.2, False)
+    # an injection with no transition of its own (settled when injected) is read from the injection
+    assert verify.page_check(_paging(rollout), INCIDENT, 0, 100, 300, settled_wall=100)["page_margin"] == 4.7
+
+
 def test_a_control_drill_reports_the_nearest_alert_of_all_in_its_baseline():
     control = SimpleNamespace(**{**vars(INCIDENT), "page": SimpleNamespace(alert=None)})
     prom = ExprProm({margins.MARGINS["TimeToFirstTokenHigh"]: lambda t: 0.3,
