@@ -98,7 +98,7 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
         f"max({USED} - {CAPACITY})"),
     ("tpot-regression", "draft"): (
         [f"sum by (replica) (rate({ACCEPTED}[1m])) / sum by (replica) (rate({DRAFTED}[1m]))"],
-        f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"),
+        f"max(sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m])))"),
     ("tpot-regression", "depth"): (
         [f"sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m]))",
          f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],

@@ -32,7 +32,7 @@ from sandbox.grading.recorded import RecordedPrometheus, RecordedRun  # noqa: E4
 from tests.grading.forms import FORMS  # noqa: E402
 
 # The classic misreading of each single-cause incident (no sibling to mistake it for).
-DECOYS = {"tpot-regression": "slow-attention-kernel", "traffic-surge": "prompt-length-shift",
+DECOYS = {"traffic-surge": "prompt-length-shift",
           "quiet-shift": "capacity-exceeded"}
 LOAD = "sum(rate(sandbox_traffic_requests_total[1m]))"
 # Queries that read something real and rarely what separates a cause: the first two that read none of
