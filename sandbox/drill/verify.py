@@ -1,8 +1,9 @@
 """`sandbox verify`: is this variant a fair drill? Checked on a real headless run, from Prometheus.
 
   (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
-               its condition held by a margin (PAGE_MARGIN_MIN x its threshold, for its whole `for:`)
-               and the baseline stayed well under it (BASELINE_MARGIN_MAX): sandbox/drill/margins.py;
+               its condition held by a margin (PAGE_MARGIN_MIN x its threshold, for its whole `for:`, once
+               the injection's own transition is out of its windows: steady_from) and the baseline
+               stayed well under it (BASELINE_MARGIN_MAX): sandbox/drill/margins.py;
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
                every sibling variant with another answer at least one signal contradicts the sibling's signature,
                both over the whole window and on the data up to a minute after the page;
