@@ -27,7 +27,7 @@ test-serving: setup
 test-gpu: setup
 	.venv/bin/python -m pytest -q -m gpu tests/kernels
 
-# `sandbox verify` for every variant of every incident, one headless drill each (about 90 minutes).
+# `sandbox verify` for every variant of every incident, one headless drill each (about two hours: 20 variants, 5-7 min each).
 verify-all: setup
 	.venv/bin/sandbox verify --all
 
