@@ -164,12 +164,9 @@ def _r3(v: float | None) -> float | None:
 
 def steady_from(alert: str, inject_wall: float, settled_wall: float | None) -> float:
     """Where a page margin is read from: the injection, or, for an injection with a transition of its own
-    (a rolling deploy, a replica rebuilt), the first moment the alert's windows hold none of it.
-
-    A rolling deploy on a 2-core machine slows every request while the new replicas load and the old ones
-    drain: tpot-regression/draft's median TPOT read 4.7x its threshold in the 30 s the versions overlapped,
-    and 0.9-1.2x once the new version served alone (2026-12-03). A page that only the transition carries
-    is the rollout's, not the fault's; what a variant must show is its own regime."""
+    (a rolling deploy, a replica rebuilt), the first moment the alert's windows hold none of it. A rollout
+    on 2 cores slows every request: tpot-regression/draft read 4.7x its threshold while the versions
+    overlapped, 0.9-1.2x with the new one alone (2026-12-03). A page only the transition carries is not the fault's."""
     if settled_wall is None or settled_wall - inject_wall < MARGIN_STEP_S:
         return inject_wall
     return settled_wall + settle_after(alert_rules()[alert]["expr"])

@@ -33,6 +33,7 @@ THROTTLED = "sandbox:replica_cpu_throttled_seconds_total"
 USED, CAPACITY = "sandbox:device_memory_used_bytes", "sandbox:device_memory_capacity_bytes"
 ACCEPTED, DRAFTED = "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"
 PROPOSALS = "vllm:spec_decode_num_drafts_total"
+_DRAFTED_PER_STEP = f"sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m]))"
 
 # accuracy on long answers minus accuracy on short ones: the error growing with generation length
 _GAP = "(" + _share(CHECKS, 'length="long"', "correct") + ") - (" + _share(CHECKS, 'length="short"', "correct") + ")"
@@ -98,9 +99,8 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
         f"max({USED} - {CAPACITY})"),
     ("tpot-regression", "draft"): (
         [f"sum by (replica) (rate({ACCEPTED}[1m])) / sum by (replica) (rate({DRAFTED}[1m]))"],
-        f"max(sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m])))"),
+        f"max({_DRAFTED_PER_STEP})"),
     ("tpot-regression", "depth"): (
-        [f"sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m]))",
-         f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],
-        f"max(sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m])))"),
+        [_DRAFTED_PER_STEP, f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],
+        f"max({_DRAFTED_PER_STEP})"),
 }
