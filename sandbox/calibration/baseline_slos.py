@@ -36,6 +36,12 @@ most 0.59 (the ratio part holds a healthy baseline down).
 
 A fault pages once it moves its reading past that multiple of its healthy bucket's top.
 
+Until then (from the drill's first request to the install) those thresholds are unset: +Inf, which no
+reading exceeds, so no latency alert can fire on the calibration's values. Those were measured at another
+time, and a machine running at half the speed it was calibrated at paged a healthy baseline against them
+(InterTokenLatencyHigh: median TPOT 0.0316 s, in the suite's verify subset, 2026-12-03) before the drill's
+own thresholds went in. If the baseline cannot be read, the calibration's values are put back.
+
 Every drill of a calibrated stack does this, whatever its incident, at the same point of its
 timeline: thresholds that moved only in latency drills would tell the candidate the family. The
 values say how fast this stack was before anything happened, which its dashboards show anyway.
@@ -98,6 +104,11 @@ READINGS: dict[str, Reading] = {
     "sandbox:threshold:replica_itl_p99_floor_seconds": Reading("vllm:inter_token_latency_seconds", 0.99, True,
                                                                INTER_TOKEN_LATENCY.buckets, FLOOR_S["itl"], SLO_X),
 }
+
+
+def unset(current: Mapping[str, float]) -> dict[str, float]:
+    """`current` with every threshold the baseline sets at +Inf: what a drill's traffic starts under."""
+    return {**current, **{name: math.inf for name in READINGS}}
 
 
 def earliest_change_s(longest_window_s: float) -> float:

@@ -6,7 +6,9 @@ the one that would page. A variant that pages by a margin of 1.05 pages by luck;
 reaches 0.95 is one noisy minute from a false page.
 
     page_margin      the largest margin held for the whole of the rule's `for:` (what a firing needs)
-    baseline_margin  the highest margin reached (how close a healthy window came to paging)
+    baseline_margin  the highest margin reached (how close a healthy window came to paging), against the
+                     thresholds in force at the window's end: those the incident is then judged by (a
+                     calibrated drill's latency thresholds are unset until its baseline sets them)
 
 How each `and` and each threshold of zero becomes one ratio:
 
@@ -33,6 +35,7 @@ is unchanged by that: an absent numerator never fires.
 from __future__ import annotations
 
 import math
+import re
 
 # Half of one event: the floor for counts compared with 0 (see the module docstring).
 HALF_EVENT = 0.5
@@ -88,18 +91,26 @@ MARGINS: dict[str, str] = {
 }
 
 
-def margin_expr(alert: str) -> str:
+_THRESHOLD = re.compile(r"sandbox:threshold:[a-z0-9_]+")
+
+
+def margin_expr(alert: str, thresholds_at: float | None = None) -> str:
+    """The alert's margin; with `thresholds_at` (unix s), over its thresholds as they stood then (PromQL's `@`)
+    rather than at each step."""
     if alert not in MARGINS:
         raise ValueError(f"no margin for alert {alert!r}; margins exist for {', '.join(MARGINS)}")
-    return MARGINS[alert]
+    if thresholds_at is None:
+        return MARGINS[alert]
+    return _THRESHOLD.sub(lambda m: f"{m.group(0)} @ {thresholds_at:.3f}", MARGINS[alert])
 
 
-def _margins(prom, alert: str, start: float, end: float, step_s: float) -> dict[int, float]:
+def _margins(prom, alert: str, start: float, end: float, step_s: float,
+             thresholds_at: float | None = None) -> dict[int, float]:
     """{step index from start: margin}; NaN (a quantile of no requests) and ±Inf are no reading."""
     if end < start:
         return {}
     out: dict[int, float] = {}
-    for row in prom.query_range(margin_expr(alert), start, end, step_s):
+    for row in prom.query_range(margin_expr(alert, thresholds_at), start, end, step_s):
         for ts, v in row["values"]:
             f = float(v)
             if math.isfinite(f):
@@ -119,6 +130,6 @@ def page_margin(prom, alert: str, start: float, end: float, for_s: float, step_s
 
 
 def baseline_margin(prom, alert: str, start: float, end: float, step_s: float = 1.0) -> float | None:
-    """The highest margin in [start, end]; None when there is no reading."""
-    margins = _margins(prom, alert, start, end, step_s)
+    """The highest margin in [start, end] over the thresholds in force at `end`; None when there is no reading."""
+    margins = _margins(prom, alert, start, end, step_s, thresholds_at=end)
     return max(margins.values()) if margins else None

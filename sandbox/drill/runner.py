@@ -14,6 +14,7 @@ first, every one whatever the others did (sandbox/drill/closers.py).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
@@ -23,7 +24,7 @@ from pathlib import Path
 from faults.base import FaultContext, revert_all
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
 from sandbox.calibration import baseline_slos
-from sandbox.calibration.calibrator import calibrate_stack
+from sandbox.calibration.calibrator import calibrate_stack, install_thresholds
 from sandbox.canary import process as canary_process
 from sandbox.drill.closers import Closers
 from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
@@ -78,6 +79,7 @@ class Drill:
         self.thresholds: dict[str, float] = {}  # what the calibration installed for this drill's base load
         self._quiet_until = 0.0  # monotonic time before which traffic would start in a calibration's wake
         self._slo_window: tuple[float, float] | None = None  # traffic seconds whose readings set the thresholds
+        self._unset = False  # the latency thresholds are unset (+Inf) until the baseline sets them
         # The timeline's end: the plan's, moved on by as long as the injection took to land, so a fault that
         # waits on a rollout (a deploy under load on one CPU took past the plan's end) gets its whole window.
         self.end_s = self.plan.duration_s
@@ -157,6 +159,13 @@ class Drill:
             with self.steps.step(f"letting the calibration's load leave the alerts' windows ({wait:.0f}s)"):
                 while (wait := self._quiet_until - time.monotonic()) > 0:
                     time.sleep(min(wait, 0.5))
+        # A calibrated drill's latency thresholds come from its own healthy baseline, read before anything changes;
+        # until then they are unset (baseline_slos.unset), so the calibration's cannot page a slower day's baseline
+        self._slo_window = baseline_slos.window(self.plan.quiet_until_s()) if self.calibration is not None else None
+        if self._slo_window is not None:
+            self._install(baseline_slos.unset(self.thresholds), "latency thresholds unset until this drill's "
+                          "baseline sets them (sandbox/calibration/baseline_slos.py)")
+            self.closers.push("the latency thresholds", lambda: self._restore_thresholds("the drill ended first"))
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
                                      exporter, open_ended=self.settings.open_ended, wait_for_landing=True).start()
         self.closers.push("traffic", self._stop_traffic)
@@ -166,8 +175,6 @@ class Drill:
             "ceilings_rps": self.calibration.ceilings(),
             "thresholds": self.thresholds})
         self.record.event("traffic started", 0.0)
-        # A calibrated drill's latency thresholds come from its own healthy baseline, read before anything changes
-        self._slo_window = baseline_slos.window(self.plan.quiet_until_s()) if self.calibration is not None else None
 
     def _stack(self) -> StackState:
         try:
@@ -229,11 +236,28 @@ class Drill:
         try:
             self.thresholds = baseline_slos.install_from_baseline(self.prom, self.state, self.calibration,
                                                                   self.thresholds, self.t0_wall, seconds)
-        except (PrometheusError, RuntimeError) as e:  # the calibration's thresholds stay: a drill, not a failure
-            self.steps.note(f"the thresholds stay the calibration's: the baseline could not be read ({e})")
+        except (PrometheusError, RuntimeError) as e:  # the calibration's thresholds again: a drill, not a failure
+            self._restore_thresholds(f"the baseline could not be read ({e})")
             return
+        self._unset = False
         self.record.update_public(baseline_thresholds=self.thresholds)
         self.record.event("thresholds set from the baseline", self.traffic.elapsed())
+
+    def _install(self, values: dict[str, float], note: str) -> None:
+        install_thresholds(self.state, self.calibration, values, note)
+        self._unset = any(math.isinf(v) for v in values.values())
+
+    def _restore_thresholds(self, why: str) -> list[str]:
+        """The calibration's thresholds back in place of unset ones (a drill that ends, or whose baseline
+        cannot be read, before its own are set: a stack kept up must not stay without latency alerts)."""
+        if not self._unset:
+            return []
+        try:
+            self._install(self.thresholds, f"the calibration's thresholds: {why}")
+        except (PrometheusError, RuntimeError, OSError) as e:
+            return [f"the latency thresholds stay unset: {e}"]
+        self.steps.note(f"the thresholds are the calibration's: {why}")
+        return []
 
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
         """A reused stack may still be paging about an earlier drill: the baseline starts after it stops."""

@@ -3,7 +3,7 @@
   (a) page     the incident's alert fires within 120 s of the injection, and no alert fires in the baseline;
                its condition held by a margin (PAGE_MARGIN_MIN x its threshold, for its whole `for:`, once
                the injection's own transition is out of its windows: steady_from) and the baseline
-               stayed well under it (BASELINE_MARGIN_MAX): sandbox/drill/margins.py;
+               stayed well under it (BASELINE_MARGIN_MAX, from baseline_from): sandbox/drill/margins.py;
   (b) separate the run matches its own signature (each signal's direction vs the baseline), and for
                every sibling variant with another answer at least one signal contradicts the sibling's signature,
                both over the whole window and on the data up to a minute after the page;
@@ -27,6 +27,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from sandbox.calibration.baseline_slos import EARLIEST_S, LEAD_S
 from sandbox.drill.leaks import scan_drill
 from sandbox.drill.margins import baseline_margin, page_margin
 from services.stack.alerts import alert_for_seconds, alert_rules, first_firing, longest_window_s, recorded_exprs
@@ -172,16 +173,24 @@ def steady_from(alert: str, inject_wall: float, settled_wall: float | None) -> f
     return settled_wall + settle_after(alert_rules()[alert]["expr"])
 
 
+def baseline_from(alert: str, t0: float, inject_wall: float) -> float:
+    """Where a baseline margin is read from: once the alert's windows hold none of the warm-up's requests,
+    which a calibrated drill's thresholds are not set from (baseline_slos.EARLIEST_S), and at the latest
+    LEAD_S before the injection (where those thresholds are in force)."""
+    steady = t0 + EARLIEST_S + settle_after(alert_rules()[alert]["expr"])
+    return max(t0 + WARMUP_S, min(steady, inject_wall - LEAD_S))
+
+
 def page_check(prom, incident, t0: float, inject_wall: float, end_wall: float,
                settled_wall: float | None = None) -> dict:
     """(a): the page within PAGE_WITHIN_S, none in the baseline, and by how much its alert's condition
     held once the injection's own transition was out of its windows (page margin: steady_from) and how
     near the baseline came to it (baseline margin)."""
     early = baseline_alerts(prom, t0, inject_wall)
-    baseline = (t0 + WARMUP_S, inject_wall - MARGIN_STEP_S)  # as observe(): warm-up and injection left out
+    baseline = lambda a: (baseline_from(a, t0, inject_wall), inject_wall - MARGIN_STEP_S)  # the injection left out
     if incident.page.alert is None:  # a control drill: nothing may fire at all; margins only reported
         later = baseline_alerts(prom, inject_wall, end_wall)
-        near = {a: baseline_margin(prom, a, *baseline, MARGIN_STEP_S) for a in paging_alerts()}
+        near = {a: baseline_margin(prom, a, *baseline(a), MARGIN_STEP_S) for a in paging_alerts()}
         read = {a: m for a, m in near.items() if m is not None}
         top = max(read, key=read.get) if read else None
         return {"pass": not early and not later, "alert": None, "seconds_to_page": None,
@@ -192,7 +201,7 @@ def page_check(prom, incident, t0: float, inject_wall: float, end_wall: float,
     delay = None if fired is None else round(fired - inject_wall, 1)
     page_m = _r3(page_margin(prom, alert, steady_from(alert, inject_wall, settled_wall), end_wall,
                              alert_for_seconds(alert), MARGIN_STEP_S))
-    base_m = _r3(baseline_margin(prom, alert, *baseline, MARGIN_STEP_S))
+    base_m = _r3(baseline_margin(prom, alert, *baseline(alert), MARGIN_STEP_S))
     # A margin that could not be read is evidence of neither: it does not pass.
     margins_ok = (page_m is not None and page_m >= PAGE_MARGIN_MIN
                   and base_m is not None and base_m <= BASELINE_MARGIN_MAX)

@@ -70,9 +70,10 @@ def install(rules_dir: Path, prometheus_pid: int, client: PrometheusClient, valu
 
 
 def _constant(expr: str) -> float | None:
-    m = re.fullmatch(r"\s*vector\(\s*([-+0-9.eE]+)\s*\)\s*", expr or "")
+    # Prometheus prints an unset threshold (+Inf: nothing exceeds it) back as `vector(+Inf)`
+    m = re.fullmatch(r"\s*vector\(\s*([-+]?(?:inf|[0-9.eE+-]+))\s*\)\s*", expr or "", re.IGNORECASE)
     return float(m.group(1)) if m else None
 
 
 def _close(a: float | None, b: float) -> bool:
-    return a is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b))
+    return a is not None and (a == b or abs(a - b) <= 1e-9 * max(1.0, abs(b)))

@@ -104,3 +104,17 @@ def test_every_latency_drill_first_changes_once_the_alerts_windows_hold_no_warm_
         assert first >= earliest, f"{incident.id} first changes at {first}s, before {earliest}s"
         checked.append(incident.id)
     assert {"slow-replica", "ttft-after-deploy", "tpot-regression", "traffic-surge", "quiet-shift"} <= set(checked)
+
+
+def test_until_the_baseline_sets_them_its_thresholds_are_unset_and_prometheus_reads_them_back_as_such():
+    from services.stack import threshold_rules
+    current = {TTFT: 1.2, TPOT: 0.05, "sandbox:threshold:replica_ttft_p99_ratio": 4.0}
+    unset = baseline_slos.unset(current)
+    assert unset == {**{name: math.inf for name in READINGS}, "sandbox:threshold:replica_ttft_p99_ratio": 4.0}
+    assert current[TTFT] == 1.2  # what the baseline's missing readings fall back on stays the calibration's
+    rendered = yaml.safe_load(threshold_rules.render(unset, "note"))
+    exprs = {r["record"]: r["expr"] for g in rendered["groups"] for r in g["rules"]}
+    assert exprs[TTFT] == "vector(inf)" and exprs["sandbox:threshold:replica_ttft_p99_ratio"] == "vector(4)"
+    # Prometheus prints the rule it loaded back as `vector(+Inf)`: install waits until it reads what it wrote
+    assert threshold_rules._constant("vector(+Inf)") == math.inf and threshold_rules._close(math.inf, math.inf)
+    assert threshold_rules._constant("vector(2.25)") == 2.25 and not threshold_rules._close(math.inf, 2.25)

@@ -1,4 +1,8 @@
 """A fake Prometheus for range queries: each series a function of time (the real API's shape)."""
+import re
+
+# `x @ t` reads x as it stood at t: these fakes' series are keyed without it (their thresholds are constant)
+_AT = re.compile(r" @ [0-9.]+")
 
 
 class SeriesProm:
@@ -18,8 +22,8 @@ class SeriesProm:
 
 
 class ExprProm:
-    """query_range answered per expression: {expr: fn(t) or (labels, fn(t))}; an expression not named
-    has no data. Every query is kept, as (expr, start, end)."""
+    """query_range answered per expression: {expr: fn(t) or (labels, fn(t))}, `@` modifiers aside; an
+    expression not named has no data. Every query is kept as asked, as (expr, start, end)."""
 
     def __init__(self, by_expr: dict):
         self.by_expr = by_expr
@@ -27,7 +31,7 @@ class ExprProm:
 
     def query_range(self, expr, start, end, step_s):
         self.queries.append((expr, start, end))
-        entry = self.by_expr.get(expr)
+        entry = self.by_expr.get(_AT.sub("", expr))
         labels, fn = entry if isinstance(entry, tuple) else ({}, entry)
         rows = SeriesProm(fn).query_range(expr, start, end, step_s) if fn else []
         return [{**row, "metric": labels} for row in rows]

@@ -12,7 +12,7 @@ import yaml
 from incidents.promql import PromtoolNotFound, promtool_binary
 from sandbox.drill import margins
 from services.stack import alerts
-from tests.drill.series_prom import SeriesProm
+from tests.drill.series_prom import ExprProm, SeriesProm
 from tests.promql_series import counter, histogram
 
 THRESHOLD = re.compile(r"sandbox:threshold:\w+")
@@ -216,3 +216,30 @@ def test_a_margin_is_above_one_exactly_when_its_alerts_condition_holds(promtool,
 def test_a_task_with_too_few_checks_has_no_accuracy_margin(promtool, tmp_path):
     tests = [{"expr": margins.MARGINS["CanaryAccuracyLow"], "eval_time": "2m", "exp_samples": []}]
     _promtool_test(promtool, tmp_path, "too few checks", TOO_FEW, tests)
+
+
+def test_a_margin_read_at_one_moments_thresholds_reads_them_there_and_not_at_each_step(promtool, tmp_path):
+    # verify reads a baseline against the thresholds at its end, after the drill (a calibrated drill's latency
+    # thresholds are unset, +Inf, until its baseline sets them). promtool holds series only up to each
+    # evaluation, so here the moment is in the past: 2.5 until 2m, +Inf after, read at 4m.
+    name = "sandbox:threshold:ttft_p99_seconds"
+    expr = margins.margin_expr("TimeToFirstTokenHigh", thresholds_at=100)
+    assert expr == margins.MARGINS["TimeToFirstTokenHigh"].replace(name, f"{name} @ 100.000")
+    spec = {"rule_files": [_rules_with_fixed_thresholds(tmp_path)], "evaluation_interval": "1s",
+            "tests": [{"name": "thresholds unset later", "interval": "1s", "input_series": HEALTHY + [
+                {"series": f"{name}_set", "values": "2.5x119 " + "+Inf " * 181}],
+                "promql_expr_test": [
+                    {"expr": f"round({m.replace(name, f'{name}_set')}, 0.001)", "eval_time": "4m",
+                     "exp_samples": [{"labels": "{}", "value": v}]}
+                    for m, v in ((margins.MARGINS["TimeToFirstTokenHigh"], 0), (expr, 0.198))]}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                            check=False, timeout=60)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_a_baseline_margin_asks_for_the_thresholds_at_its_windows_end():
+    prom = ExprProm({margins.MARGINS["ServingErrorRateHigh"]: lambda t: 0.2})
+    assert margins.baseline_margin(prom, "ServingErrorRateHigh", 100, 199) == 0.2
+    assert prom.queries == [(margins.margin_expr("ServingErrorRateHigh", thresholds_at=199), 100, 199)]
+    assert "sandbox:threshold:error_share @ 199.000" in prom.queries[0][0]

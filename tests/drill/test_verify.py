@@ -118,6 +118,19 @@ def test_a_page_by_a_narrow_margin_or_over_a_near_baseline_fails():
     assert warm["baseline_margin"] == 0.4 and warm["pass"]
 
 
+def test_a_baseline_margin_is_read_once_the_alerts_windows_hold_no_warm_up_against_the_thresholds_at_its_end():
+    # a 1m window holds the warm-up (to 30 s) until 90 s; a replica's 2m TTFT p99 until 150 s; at the latest
+    # from 15 s before the injection (when a calibrated drill's thresholds are set), at the earliest from 30 s
+    assert verify.baseline_from("TimeToFirstTokenHigh", 0, 200) == 90
+    assert verify.baseline_from("ReplicaTimeToFirstTokenHigh", 0, 200) == 150
+    assert verify.baseline_from("ReplicaTimeToFirstTokenHigh", 0, 100) == 85
+    assert verify.baseline_from("TimeToFirstTokenHigh", 0, 40) == 30
+    prom = _paging(lambda t: 5.0 if t < 90 else 0.4 if t < 200 else 2.0)
+    page = verify.page_check(prom, INCIDENT, 0, 200, 400)
+    assert (page["baseline_margin"], page["pass"]) == (0.4, True)
+    assert (margins.margin_expr("TimeToFirstTokenHigh", thresholds_at=199), 90, 199) in prom.queries
+
+
 def test_a_margin_only_the_injections_transition_carries_is_not_the_page_margin():
     # a rolling deploy from t = 100 to t = 140: 4.7x while the versions overlap, 1.2x once the new one serves alone
     def rollout(t):
