@@ -69,6 +69,9 @@ ROOT_CAUSES: tuple[Term, ...] = (
     Term("speculation-too-deep",
          "Speculative decoding drafts more tokens per step than the draft model predicts: most are rejected, "
          "and every step still spends the time to draft and verify them."),
+    Term("stop-token-misconfigured",
+         "The generation config lists an end-of-sequence token id that is an ordinary token for this tokenizer, "
+         "so answers stop early wherever it occurs."),
 )
 
 REMEDIATIONS: tuple[Term, ...] = (
@@ -107,6 +110,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("sampler", "The sampler that turns logits into tokens (temperature, seeds)."),
     Component("weights", "The model's weights and how they are stored (quantization)."),
     Component("speculative-decoding", "Speculative decoding: the draft model and the verifier."),
+    Component("generation-config", "The generation config: default sampling settings and the tokens that end a "
+              "request."),
     Component("node", "The machine or container a replica runs on: its CPU and memory limits."),
     Component("traffic", "What clients send: how many requests, how long.", in_stack=False),
     Component("capacity", "How many replicas serve against the load offered.", in_stack=False),
@@ -170,6 +175,7 @@ MECHANISMS: dict[str, tuple[Move, ...]] = {
     "draft-model-mismatch": _moves(spec_acceptance="down", time_between_tokens="up",
                                    drafted_tokens_per_step="flat"),
     "speculation-too-deep": _moves(drafted_tokens_per_step="up", spec_acceptance="down", time_between_tokens="up"),
+    "stop-token-misconfigured": _moves("task", task_accuracy="down") + _moves(output_length="down"),
     "capacity-exceeded": _moves(request_rate="up", queue_time="up", time_to_first_token="up", prefill_time="flat",
                                 decode_time="flat", prompt_length="flat", output_length="flat"),
     "no-fault": (),

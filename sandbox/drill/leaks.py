@@ -44,6 +44,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "draft-model-mismatch": ("draft mismatch", "mismatched draft", "wrong draft", "draft model mismatch"),
     "speculation-too-deep": ("too deep", "speculation depth", "deep speculation", "too many draft tokens",
                              "drafts too many"),
+    "stop-token-misconfigured": ("wrong stop token", "extra stop token", "extra eos", "stop token misconfigured",
+                                 "eos misconfigured", "stops early"),
     # ("traffic surge" is the brief's public incident id, shown with every drill of it)
     "capacity-exceeded": ("capacity exceeded", "over capacity"),
     "no-fault": ("no fault", "control drill", "nothing injected", "no injection"),

@@ -49,6 +49,8 @@ CATALOGUE: tuple[Piece, ...] = (
         ("client requests/s", "sum(rate(sandbox_traffic_requests_total[1m]))"),
         ("mean prompt tokens", "sum(rate(vllm:request_prompt_tokens_sum[1m])) / sum(rate(vllm:request_prompt_tokens_count[1m]))"),
         ("mean output tokens", "sum(rate(vllm:request_generation_tokens_sum[1m])) / sum(rate(vllm:request_generation_tokens_count[1m]))"),
+        ("outputs within 5 tokens", 'sum(rate(vllm:request_generation_tokens_bucket{le="5.0"}[1m])) / sum(rate(vllm:request_generation_tokens_count[1m]))'),
+        ("finished/s by reason", "sum by (finished_reason) (rate(vllm:request_success_total[1m]))"),
         ("running", "sum(vllm:num_requests_running)"),
         ("waiting", "sum(vllm:num_requests_waiting)"),
     )),

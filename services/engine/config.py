@@ -1,6 +1,7 @@
 """Engine configuration: one validated dataclass, names as in vLLM."""
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ KERNEL_BACKENDS = ("torch", "triton")
 DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_IMPLS = ("auto", "paged")
 SAMPLER_IMPLS = ("default", "batched")
+GENERATION_CONFIG_FILE = "generation_config.json"
 
 
 def _positive(name: str, value) -> None:
@@ -62,6 +64,9 @@ class EngineConfig:
     device: str = "auto"
     seed: int = 0
     torch_threads: int | None = None
+    # A directory with a generation_config.json (vLLM's --generation-config); None: the model's own, if it has
+    # one. Its `eos_token_id` ids beyond the tokenizer's EOS also end a request that does not ignore EOS.
+    generation_config: str | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -102,6 +107,10 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must be >= max_model_len when enable_chunked_prefill is off")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs (each running sequence needs a token)")
+        if self.generation_config is not None:
+            self.generation_config = str(self.generation_config)
+            if not (Path(self.generation_config) / GENERATION_CONFIG_FILE).is_file():
+                raise ValueError(f"generation_config: {self.generation_config} has no {GENERATION_CONFIG_FILE}")
         for path_field in ("model", "speculative_model"):
             value = getattr(self, path_field)
             if value is not None and not (Path(value) / "config.json").is_file():
@@ -109,3 +118,18 @@ class EngineConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def extra_eos_token_ids(self, eos_token_id: int) -> tuple[int, ...]:
+        """The generation config's `eos_token_id` ids other than the tokenizer's `eos_token_id`, as vLLM's
+        SamplingParams.update_from_generation_config adds them to every request's stop tokens."""
+        path = Path(self.generation_config or self.model) / GENERATION_CONFIG_FILE
+        if not path.is_file():
+            return ()
+        try:
+            ids = json.loads(path.read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError) as e:
+            raise ValueError(f"{path}: not a generation config ({e})") from None
+        ids = [ids] if isinstance(ids, int) else ids if ids is not None else []
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise ValueError(f"{path}: eos_token_id must be a token id or a list of them, got {ids!r}")
+        return tuple(sorted(set(ids) - {eos_token_id}))

@@ -55,6 +55,7 @@ class LLMEngine:
         self.backend = resolve_backend(config.kernel_backend)
         self.numerics = Numerics.create(config.dtype, self.device)
         self.tokenizer = CharTokenizer.from_pretrained(config.model)
+        self.extra_eos_token_ids = config.extra_eos_token_ids(self.tokenizer.eos_token_id)
         self.weights = load_model_weights(config.model, self.numerics, config.quantization,
                                           config.quantization_granularity, config.quantization_group_size)
         cfg = self.weights.config
@@ -139,8 +140,10 @@ class LLMEngine:
             raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
                              f"max_model_len={self.config.max_model_len}")
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        # as vLLM: the generation config's extra EOS ids end a request as its EOS does, unless it ignores EOS
+        stops = tuple(params.stop_token_ids) + (() if params.ignore_eos else self.extra_eos_token_ids)
         request = Request(request_id, ids, params.max_tokens, self.tokenizer.eos_token_id,
-                          ignore_eos=params.ignore_eos, stop_token_ids=tuple(params.stop_token_ids),
+                          ignore_eos=params.ignore_eos, stop_token_ids=stops,
                           sampling_params=params,
                           arrival_time=time.monotonic() if arrival_time is None else arrival_time)
         generator = self._shared_generator

@@ -20,3 +20,11 @@ def early_draft_path() -> Path:
     real draft that agrees with the target far less often (an early checkpoint
     shipped by mistake)."""
     return Path(os.environ.get("SANDBOX_EARLY_DRAFT_MODEL", WEIGHTS_DIR / "draft-early"))
+
+
+GENERATION_DIR = Path(__file__).resolve().parent / "generation"
+
+
+def generation_config_path(name: str) -> Path:
+    """A shipped generation config directory (services/model/generation/README.md)."""
+    return GENERATION_DIR / name

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from services.engine.config import EngineConfig
-from services.model.paths import draft_path, early_draft_path, target_path
+from services.model.paths import draft_path, early_draft_path, generation_config_path, target_path
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -72,6 +72,8 @@ class ServeAppConfig:
         kwargs["model"] = str(kwargs.get("model") or target_path())
         if kwargs.get("speculative_model") in SHIPPED_DRAFTS:  # a shipped checkpoint, by name
             kwargs["speculative_model"] = str(SHIPPED_DRAFTS[kwargs["speculative_model"]]())
+        if kwargs.get("generation_config") in SHIPPED_GENERATION_CONFIGS:  # shipped, by name
+            kwargs["generation_config"] = str(generation_config_path(kwargs["generation_config"]))
         return EngineConfig(**kwargs)
 
     def to_dict(self) -> dict:
@@ -88,6 +90,8 @@ def _early_draft():
 
 # Checkpoints in the repo that a deploy may name instead of a path (engine.speculative_model=draft).
 SHIPPED_DRAFTS = {"draft": _draft, "draft-early": _early_draft}
+# Generation configs in the repo that a deploy may name (services/model/generation/README.md).
+SHIPPED_GENERATION_CONFIGS = ("instruct",)
 
 
 @dataclass

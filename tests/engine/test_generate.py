@@ -101,6 +101,31 @@ def test_stop_string_ends_request_and_is_not_returned(model_path):
     assert "." not in out.outputs[0].text and out.outputs[0].text
 
 
+def test_a_generation_configs_extra_eos_id_ends_requests_that_do_not_ignore_eos(model_path):
+    from services.model.paths import generation_config_path
+    from services.model.tasks import eval_set
+    story = eval_set("story")[0]  # "story: a " -> "red cat likes a dog. ...": id 73 is "e"
+    plain, extra = LLM(model_path), LLM(model_path, generation_config=str(generation_config_path("instruct")))
+    assert (plain.llm_engine.extra_eos_token_ids, extra.llm_engine.extra_eos_token_ids) == ((), (73,))
+    greedy = SamplingParams(temperature=0, max_tokens=64)
+    whole = plain.generate(story.prompt, greedy)[0].outputs[0]
+    cut = extra.generate(story.prompt, greedy)[0].outputs[0]
+    assert whole.finish_reason == "stop" and whole.stop_reason is None and "e" in whole.text[:-1]
+    # the stop token stays in the text, as vLLM keeps a stop token that is not a special one
+    assert (cut.text, cut.finish_reason, cut.stop_reason) == (whole.text[:whole.text.index("e") + 1], "stop", 73)
+    ignoring = extra.generate(story.prompt, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))[0]
+    assert len(ignoring.outputs[0].token_ids) == 20 and ignoring.outputs[0].finish_reason == "length"
+
+
+def test_a_generation_config_that_is_not_one_is_refused(tmp_path, model_path):
+    from services.engine.config import EngineConfig
+    with pytest.raises(ValueError, match="has no generation_config.json"):
+        EngineConfig(model=model_path, generation_config=str(tmp_path))
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": ["e"]}')
+    with pytest.raises(ValueError, match="eos_token_id must be a token id or a list of them"):
+        EngineConfig(model=model_path, generation_config=str(tmp_path)).extra_eos_token_ids(2)
+
+
 def test_ignore_eos_generates_exactly_max_tokens(model_path):
     llm = LLM(model_path)
     out = llm.generate("copy: ab -> ", SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))[0]
