@@ -108,6 +108,9 @@ def overview() -> Board:
     b.panel("Prompt and output lengths (mean)", [
         (ratio("vllm:request_prompt_tokens_sum", "vllm:request_prompt_tokens_count"), "prompt tokens"),
         (ratio("vllm:request_generation_tokens_sum", "vllm:request_generation_tokens_count"), "output tokens")])
+    b.panel("Outputs within 5 tokens (share of finished requests)", [
+        (rate("vllm:request_generation_tokens_bucket", sel=SEL + ', le="5.0"') + " / "
+         + rate("vllm:request_generation_tokens_count"), "share")], "percentunit")
     b.panel("Finished requests by reason", [(rate("vllm:request_success_total", "finished_reason"), "{{finished_reason}}")], "reqps")
     b.panel("Client requests by status", [(rate("sandbox_traffic_requests_total", "status", sel=""), "{{status}}")], "reqps")
     b.row("Cache and scheduler")

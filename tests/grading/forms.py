@@ -35,6 +35,10 @@ ACCEPTED, DRAFTED = "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_dec
 PROPOSALS = "vllm:spec_decode_num_drafts_total"
 _DRAFTED_PER_STEP = f"sum by (replica) (rate({DRAFTED}[1m])) / sum by (replica) (rate({PROPOSALS}[1m]))"
 
+# the share of requests that ended within 5 output tokens, per replica
+_SHORT_OUTPUTS = ('sum by (replica) (rate(vllm:request_generation_tokens_bucket{le="5.0"}[1m])) / '
+                  "sum by (replica) (rate(vllm:request_generation_tokens_count[1m]))")
+
 # accuracy on long answers minus accuracy on short ones: the error growing with generation length
 _GAP = "(" + _share(CHECKS, 'length="long"', "correct") + ") - (" + _share(CHECKS, 'length="short"', "correct") + ")"
 
@@ -76,6 +80,9 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
     ("quality-regression", "kv"): (
         [_share(CHECKS, 'length="long"', "correct"), _share(CHECKS, "", "wrong", "task", "max")],
         _GAP),
+    ("quality-regression", "eos"): (
+        [_SHORT_OUTPUTS, _share(CHECKS, "", "wrong", "task", "max")],
+        f"min({_SHORT_OUTPUTS})"),
     ("slow-replica", "throttled"): (
         [f"sum by (replica) (rate({THROTTLED}[1m]))", _mean("vllm:inter_token_latency_seconds", "replica")],
         f"sum(rate({THROTTLED}[1m]))"),
