@@ -82,7 +82,8 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
         _GAP),
     ("quality-regression", "eos"): (
         [_SHORT_OUTPUTS, _share(CHECKS, "", "wrong", "task", "max")],
-        f"min({_SHORT_OUTPUTS})"),
+        # the share that ran past 5 tokens, fleet-wide (the quantized variants' signatures speak of the fleet)
+        '1 - sum(rate(vllm:request_generation_tokens_bucket{le="5.0"}[1m])) / sum(rate(vllm:request_generation_tokens_count[1m]))'),
     ("slow-replica", "throttled"): (
         [f"sum by (replica) (rate({THROTTLED}[1m]))", _mean("vllm:inter_token_latency_seconds", "replica")],
         f"sum(rate({THROTTLED}[1m]))"),
