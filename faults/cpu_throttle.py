@@ -27,6 +27,7 @@ from typing import ClassVar
 from faults.base import Fault, FaultContext, InjectionFailed, Location, check_number, check_replica
 from faults.replicas import Process, list_replicas, select
 from services.serve.cgroup_cpu import CgroupMount, cgroup_of, cpu_mounts
+from services.serve.config import torch_threads
 from services.stack.deploy_config import deployed_engine_setting
 
 PERIOD_US = 100_000
@@ -184,7 +185,7 @@ class CpuThrottle(Fault):
         self._location = Location(replica=target.replica_id, version=ctx.state.version, component=self.component)
         fair = fair_cpus(len(os.sched_getaffinity(process.pid)), len(replicas),
                          # the engines' torch threads: 1 unless the serve config names more
-                         max(1, int(deployed_engine_setting(ctx.state.deployed_config, "torch_threads", 1))))
+                         max(1, torch_threads(deployed_engine_setting(ctx.state.deployed_config, "torch_threads", 1)) or 1))
         cpus = max(MIN_QUOTA_US / PERIOD_US, self.cpu_fraction * fair)
         group = QuotaGroup.create(cpus)
         self._group = group

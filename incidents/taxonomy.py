@@ -72,6 +72,9 @@ ROOT_CAUSES: tuple[Term, ...] = (
     Term("stop-token-misconfigured",
          "The generation config lists an end-of-sequence token id that is an ordinary token for this tokenizer, "
          "so answers stop early wherever it occurs."),
+    Term("thread-oversubscription",
+         "Replicas run more compute threads together than the machine has CPUs, so the threads of each step "
+         "wait on one another and every step takes longer."),
 )
 
 REMEDIATIONS: tuple[Term, ...] = (
@@ -176,6 +179,7 @@ MECHANISMS: dict[str, tuple[Move, ...]] = {
                                    drafted_tokens_per_step="flat"),
     "speculation-too-deep": _moves(drafted_tokens_per_step="up", spec_acceptance="down", time_between_tokens="up"),
     "stop-token-misconfigured": _moves("task", task_accuracy="down") + _moves(output_length="down"),
+    "thread-oversubscription": _moves(time_between_tokens="up", spec_acceptance="flat", drafted_tokens_per_step="flat"),
     "capacity-exceeded": _moves(request_rate="up", queue_time="up", time_to_first_token="up", prefill_time="flat",
                                 decode_time="flat", prompt_length="flat", output_length="flat"),
     "no-fault": (),

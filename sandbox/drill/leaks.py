@@ -46,6 +46,7 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
                              "drafts too many"),
     "stop-token-misconfigured": ("wrong stop token", "extra stop token", "extra eos", "stop token misconfigured",
                                  "eos misconfigured", "stops early"),
+    "thread-oversubscription": ("oversubscription", "oversubscribed", "too many threads"),
     # ("traffic surge" is the brief's public incident id, shown with every drill of it)
     "capacity-exceeded": ("capacity exceeded", "over capacity"),
     "no-fault": ("no fault", "control drill", "nothing injected", "no injection"),

@@ -8,6 +8,7 @@ a rolling update and the new `version` label shows in every engine metric.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -27,6 +28,20 @@ def _engine_fields() -> set[str]:
 def _check_name(name: str, value) -> None:
     if not isinstance(value, str) or not _LABEL_VALUE.match(value):
         raise ValueError(f"{name} must be a non-empty name of letters, digits, '.', '_' or '-', got {value!r}")
+
+
+# engine.torch_threads: ALL_CPUS runs as many compute threads as the replica's process may use CPUs, what
+# an unset OMP_NUM_THREADS gives every process: each replica sized as if it had the machine to itself.
+ALL_CPUS = "all"
+
+
+def torch_threads(value) -> int | None:
+    """The thread count `engine.torch_threads` names: a positive integer, ALL_CPUS, or None (torch's own)."""
+    if value == ALL_CPUS:
+        return len(os.sched_getaffinity(0))
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"engine.torch_threads must be a positive integer or {ALL_CPUS!r}, got {value!r}")
+    return value
 
 
 def _positive_number(name: str, value) -> None:
@@ -53,6 +68,7 @@ class ServeAppConfig:
         unknown = sorted(set(self.engine) - _engine_fields())
         if unknown:
             raise ValueError(f"engine: unknown EngineConfig field(s) {', '.join(unknown)}")
+        torch_threads(self.engine.get("torch_threads", 1))
         if isinstance(self.default_max_tokens, bool) or not isinstance(self.default_max_tokens, int) \
                 or self.default_max_tokens < 1:
             raise ValueError(f"default_max_tokens must be a positive integer, got {self.default_max_tokens!r}")
@@ -69,6 +85,7 @@ class ServeAppConfig:
     def engine_config(self):
         """The replica's EngineConfig (validated there, where the weights are)."""
         kwargs = {"torch_threads": 1, **self.engine}
+        kwargs["torch_threads"] = torch_threads(kwargs["torch_threads"])
         kwargs["model"] = str(kwargs.get("model") or target_path())
         if kwargs.get("speculative_model") in SHIPPED_DRAFTS:  # a shipped checkpoint, by name
             kwargs["speculative_model"] = str(SHIPPED_DRAFTS[kwargs["speculative_model"]]())

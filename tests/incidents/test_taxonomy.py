@@ -18,7 +18,7 @@ BRIEF_ROOT_CAUSES = [
     "kv-cache-too-small", "weight-quantization-too-coarse", "kv-cache-quantization", "draft-model-mismatch",
     "capacity-exceeded", "no-fault"]
 # causes added since the brief, after its list so its ids keep their places
-ADDED_ROOT_CAUSES = ["speculation-too-deep", "stop-token-misconfigured"]
+ADDED_ROOT_CAUSES = ["speculation-too-deep", "stop-token-misconfigured", "thread-oversubscription"]
 BRIEF_REMEDIATIONS = [
     "rollback-deploy", "enable-prefix-caching", "raise-prefill-budget", "lower-memory-utilization",
     "lower-max-num-seqs", "restart-replica", "drain-replica", "enable-batch-invariance", "honor-seed",

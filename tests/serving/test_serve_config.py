@@ -100,3 +100,20 @@ def test_a_profile_validates_its_fields():
         TrafficProfile("x", "", {"poetry": 1.0}, 0.5, (LengthBand(1, 0, 0),), (1, 2))
     with pytest.raises(ValueError, match="output_tokens"):
         TrafficProfile("x", "", {"copy": 1.0}, 0.5, (LengthBand(1, 0, 0),), (3, 2))
+
+
+def test_torch_threads_all_is_as_many_as_the_replicas_process_may_use_and_nonsense_is_refused():
+    import os
+    assert ServeAppConfig(engine={"torch_threads": "all"}).engine_config().torch_threads == \
+        len(os.sched_getaffinity(0))
+    assert ServeAppConfig().engine_config().torch_threads == 1  # one thread a replica unless told otherwise
+    for bad in ("many", 0, -2, True, 1.5):
+        with pytest.raises(ValueError, match="engine.torch_threads must be a positive integer or 'all'"):
+            ServeAppConfig(engine={"torch_threads": bad})
+
+
+def test_a_shipped_generation_config_is_named_and_resolved_to_its_directory():
+    from services.model.paths import generation_config_path
+    engine = ServeAppConfig(engine={"generation_config": "instruct"}).engine_config()
+    assert engine.generation_config == str(generation_config_path("instruct"))
+    assert engine.extra_eos_token_ids(2) == (73,)
