@@ -71,8 +71,10 @@ CATALOGUE: tuple[Piece, ...] = (
     Piece("preemptions", "preemptions per second by replica", (
         ("preemptions/s", "sum by (replica) (rate(vllm:num_preemptions_total[1m]))"),
     )),
-    Piece("cpu", "CPU throttling by replica", (
+    Piece("cpu", "CPU used and throttled by replica; CPU seconds per output token", (
         ("throttled s/s", "max by (replica) (rate(sandbox:replica_cpu_throttled_seconds_total[1m]))"),
+        ("cores used", "max by (replica) (rate(sandbox:replica_cpu_seconds_total[1m]))"),
+        ("CPU ms per output token", "1000 * sum(rate(sandbox:replica_cpu_seconds_total[1m])) / sum(rate(vllm:generation_tokens_total[1m]))"),
     )),
     Piece("spec-decode", "speculative decoding: acceptance; tokens drafted and accepted per step", (
         ("acceptance", "sum(rate(vllm:spec_decode_num_accepted_tokens_total[1m])) / sum(rate(vllm:spec_decode_num_draft_tokens_total[1m]))"),

@@ -84,6 +84,10 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
         [_SHORT_OUTPUTS, _share(CHECKS, "", "wrong", "task", "max")],
         # the share that ran past 5 tokens, fleet-wide (the quantized variants' signatures speak of the fleet)
         '1 - sum(rate(vllm:request_generation_tokens_bucket{le="5.0"}[1m])) / sum(rate(vllm:request_generation_tokens_count[1m]))'),
+    ("tpot-regression", "threads"): (
+        [_mean("vllm:request_time_per_output_token_seconds", "replica"),
+         f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],
+        f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"),
     ("slow-replica", "throttled"): (
         [f"sum by (replica) (rate({THROTTLED}[1m]))", _mean("vllm:inter_token_latency_seconds", "replica")],
         f"sum(rate({THROTTLED}[1m]))"),
