@@ -14,6 +14,11 @@ if [ ! -f "$stamp" ]; then
     # torch first and pinned, so no other requirement can pull a CUDA build.
     .venv/bin/python -m pip install -q "torch==2.13.0"
     .venv/bin/python -m pip install -q -e ".[test]"
+    # Hugging Face's `kernels` (a dependency of transformers >= 5.25, left behind by an older install) is
+    # imported by transformers when present, and this repo's own `kernels` package is found in its place
+    if .venv/bin/python -m pip show -q kernels >/dev/null 2>&1; then
+        .venv/bin/python -m pip uninstall -q -y kernels
+    fi
     rm -f .venv/.installed-*
     touch "$stamp"
 fi
