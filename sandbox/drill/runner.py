@@ -14,7 +14,6 @@ first, every one whatever the others did (sandbox/drill/closers.py).
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
@@ -163,8 +162,10 @@ class Drill:
         # until then they are unset (baseline_slos.unset), so the calibration's cannot page a slower day's baseline
         self._slo_window = baseline_slos.window(self.plan.quiet_until_s()) if self.calibration is not None else None
         if self._slo_window is not None:
-            self._install(baseline_slos.unset(self.thresholds), "latency thresholds unset until this drill's "
-                          "baseline sets them (sandbox/calibration/baseline_slos.py)")
+            install_thresholds(self.state, self.calibration, baseline_slos.unset(self.thresholds),
+                               "latency thresholds unset until this drill's baseline sets them "
+                               "(sandbox/calibration/baseline_slos.py)")
+            self._unset = True
             self.closers.push("the latency thresholds", lambda: self._restore_thresholds("the drill ended first"))
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
                                      exporter, open_ended=self.settings.open_ended, wait_for_landing=True).start()
@@ -243,19 +244,16 @@ class Drill:
         self.record.update_public(baseline_thresholds=self.thresholds)
         self.record.event("thresholds set from the baseline", self.traffic.elapsed())
 
-    def _install(self, values: dict[str, float], note: str) -> None:
-        install_thresholds(self.state, self.calibration, values, note)
-        self._unset = any(math.isinf(v) for v in values.values())
-
     def _restore_thresholds(self, why: str) -> list[str]:
         """The calibration's thresholds back in place of unset ones (a drill that ends, or whose baseline
         cannot be read, before its own are set: a stack kept up must not stay without latency alerts)."""
         if not self._unset:
             return []
         try:
-            self._install(self.thresholds, f"the calibration's thresholds: {why}")
+            install_thresholds(self.state, self.calibration, self.thresholds, f"the calibration's thresholds: {why}")
         except (PrometheusError, RuntimeError, OSError) as e:
             return [f"the latency thresholds stay unset: {e}"]
+        self._unset = False
         self.steps.note(f"the thresholds are the calibration's: {why}")
         return []
 

@@ -35,18 +35,14 @@ from services.stack.alerts import alert_for_seconds, alert_rules, first_firing, 
 PAGE_WITHIN_S = 120.0
 WARMUP_S = 30.0  # the first seconds of traffic fill caches and rate windows: not baseline
 SETTLE_S = 30.0  # rate windows need this long after the injection to show the new regime
-# An alert's expression reads rate windows of up to longest_window_s() (2m: a replica's TTFT p99): until that
-# long after the injection completed it still holds samples of the transition (a rolling deploy on 2 cores
-# stalls traffic while new replicas load), so other-kind alerts count from this much later on.
+# Other-kind alerts count from longest_window_s() (2m) + this after the injection completed: until then an
+# alert's windows still hold the transition (a rolling deploy on 2 cores stalls traffic while replicas load).
 ALERT_SETTLE_PAD_S = 5.0
-# Kinds of symptom that follow from an incident's own: replicas that fail requests and restart
-# leave the rest of the fleet a queue, so latency follows errors (the converse does not hold).
+# Symptoms that follow an incident's own: replicas that fail and restart leave the rest a queue (not conversely).
 FOLLOWS = {"errors": ("errors", "latency")}
 REL_CHANGE = 0.2
-# (c) asks whether another incident's symptom appears. Latency on this shared 2-core machine drifts
-# between two windows of the same healthy run by more than 20 % (a CPU-bound engine's per-token time
-# follows how many requests share each step), so a latency primary must move by half to count there;
-# the latency incidents themselves move theirs by 2-10x.
+# (c): latency on a shared 2-core machine drifts by over 20 % between two healthy windows of one run (per-token
+# time follows the batch), so another incident's latency primary must move by half; latency faults move 2-10x.
 OTHERS_REL_CHANGE = {"latency": 0.5}
 SIGMAS = 3.0
 ABS_FLOOR = 1e-3
@@ -165,27 +161,24 @@ def _r3(v: float | None) -> float | None:
 
 def steady_from(alert: str, inject_wall: float, settled_wall: float | None) -> float:
     """Where a page margin is read from: the injection, or, for an injection with a transition of its own
-    (a rolling deploy, a replica rebuilt), the first moment the alert's windows hold none of it. A rollout
-    on 2 cores slows every request: tpot-regression/draft read 4.7x its threshold while the versions
-    overlapped, 0.9-1.2x with the new one alone (2026-12-03). A page only the transition carries is not the fault's."""
+    (a rolling deploy, a replica rebuilt), the first moment the alert's windows hold none of it: a rollout on 2
+    cores slows every request (tpot-regression/draft: 4.7x its threshold with both versions up, 0.9-1.2x after)."""
     if settled_wall is None or settled_wall - inject_wall < MARGIN_STEP_S:
         return inject_wall
     return settled_wall + settle_after(alert_rules()[alert]["expr"])
 
 
 def baseline_from(alert: str, t0: float, inject_wall: float) -> float:
-    """Where a baseline margin is read from: once the alert's windows hold none of the warm-up's requests,
-    which a calibrated drill's thresholds are not set from (baseline_slos.EARLIEST_S), and at the latest
-    LEAD_S before the injection (where those thresholds are in force)."""
+    """Where a baseline margin is read from: once the alert's windows hold no warm-up request (the thresholds
+    are set from the requests after it: baseline_slos.EARLIEST_S), at the latest when they are in force."""
     steady = t0 + EARLIEST_S + settle_after(alert_rules()[alert]["expr"])
     return max(t0 + WARMUP_S, min(steady, inject_wall - LEAD_S))
 
 
 def page_check(prom, incident, t0: float, inject_wall: float, end_wall: float,
                settled_wall: float | None = None) -> dict:
-    """(a): the page within PAGE_WITHIN_S, none in the baseline, and by how much its alert's condition
-    held once the injection's own transition was out of its windows (page margin: steady_from) and how
-    near the baseline came to it (baseline margin)."""
+    """(a): the page within PAGE_WITHIN_S, none in the baseline, how far its alert's condition held past the
+    injection's own transition (page margin: steady_from) and how near the baseline came (baseline_from)."""
     early = baseline_alerts(prom, t0, inject_wall)
     baseline = lambda a: (baseline_from(a, t0, inject_wall), inject_wall - MARGIN_STEP_S)  # the injection left out
     if incident.page.alert is None:  # a control drill: nothing may fire at all; margins only reported
