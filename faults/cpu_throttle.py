@@ -1,4 +1,4 @@
-"""A real CPU quota on one replica's process: a cgroup of its own with a CFS bandwidth limit.
+"""A real CPU quota on a replica's process (or on every replica's): a cgroup of its own with a CFS bandwidth limit.
 
     cgroup v1:  mkdir <cpu mount>/sandbox-<n>; cpu.cfs_period_us = 100000; cpu.cfs_quota_us = fraction x period
     cgroup v2:  mkdir <unified mount>/sandbox-<n>; cpu.max = "<quota> <period>"
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from faults.base import Fault, FaultContext, InjectionFailed, Location, check_number, check_replica
+from faults.base import Fault, FaultContext, InjectionFailed, InvalidFault, Location, check_number, check_replica
 from faults.replicas import Process, list_replicas, select
 from services.serve.cgroup_cpu import CgroupMount, cgroup_of, cpu_mounts
 from services.serve.config import torch_threads
@@ -162,51 +162,65 @@ def fair_cpus(affinity: int, replicas: int, threads: int) -> float:
 
 
 @dataclass
+class _Held:
+    """One process in a quota group of ours, and the group it came from."""
+    process: Process
+    group: QuotaGroup
+    origin: Path
+
+
+@dataclass
 class CpuThrottle(Fault):
-    """`replica: random | <index>`, `cpu_fraction`: the replica's process may use this share of the CPUs it
-    uses on a fair machine (`fair_cpus`)."""
+    """`replica: random | <index> | all`, `cpu_fraction`: the replica's process (every replica's, each in a group
+    of its own, as a container runtime applies a pod's CPU limit) may use this share of the CPUs it uses on a fair
+    machine (`fair_cpus`)."""
     type: ClassVar[str] = "cpu-throttle"
     component: ClassVar[str] = "cpu"
     cpu_fraction: float
     replica: str | int = "random"
-    _process: Process | None = field(default=None, init=False, repr=False)
-    _group: QuotaGroup | None = field(default=None, init=False, repr=False)
-    _origin: Path | None = field(default=None, init=False, repr=False)
+    _held: list[_Held] = field(default_factory=list, init=False, repr=False)
 
     def validate(self) -> None:
-        check_replica(self.replica)
+        if self.replica != "all":
+            try:
+                check_replica(self.replica)
+            except InvalidFault:
+                raise InvalidFault("replica", f"must be 'random', 'all' or a replica index 0, 1, ..., "
+                                              f"got {self.replica!r}") from None
         check_number("cpu_fraction", self.cpu_fraction, MIN_QUOTA_US / PERIOD_US, 1.0, low_open=False,
                      high_open=True)
 
     def _inject(self, ctx: FaultContext) -> None:
         replicas = list_replicas(ctx)
-        target = select(replicas, self.replica, ctx.rng)
-        process = Process.of(target)
-        self._location = Location(replica=target.replica_id, version=ctx.state.version, component=self.component)
-        fair = fair_cpus(len(os.sched_getaffinity(process.pid)), len(replicas),
-                         # the engines' torch threads: 1 unless the serve config names more
-                         max(1, torch_threads(deployed_engine_setting(ctx.state.deployed_config, "torch_threads", 1)) or 1))
-        cpus = max(MIN_QUOTA_US / PERIOD_US, self.cpu_fraction * fair)
-        group = QuotaGroup.create(cpus)
-        self._group = group
-        self._origin = cgroup_of(process.pid, group.mount)
-        if self._origin is None:
-            raise InjectionFailed(f"cpu-throttle: cannot tell which cgroup pid {process.pid} is in")
-        self._process = process
-        group.add(process.pid)
-        if cgroup_of(process.pid, group.mount) != group.path or not process.alive():
-            raise InjectionFailed(f"cpu-throttle: pid {process.pid} did not move into {group.path}")
-        ctx.log(f"cpu-throttle: replica {target.replica_id} (pid {process.pid}) limited to {cpus:.3g} CPU "
-                f"({self.cpu_fraction:.0%} of its fair {fair:.2g}) in {group.path}")
+        targets = replicas if self.replica == "all" and replicas else [select(replicas, self.replica, ctx.rng)]
+        one = len(targets) == 1 and self.replica != "all"
+        self._location = Location(replica=targets[0].replica_id if one else None, version=ctx.state.version,
+                                  component=self.component)
+        for target in targets:
+            process = Process.of(target)
+            fair = fair_cpus(len(os.sched_getaffinity(process.pid)), len(replicas),
+                             # the engines' torch threads: 1 unless the serve config names more
+                             max(1, torch_threads(deployed_engine_setting(ctx.state.deployed_config,
+                                                                          "torch_threads", 1)) or 1))
+            cpus = max(MIN_QUOTA_US / PERIOD_US, self.cpu_fraction * fair)
+            group = QuotaGroup.create(cpus)
+            origin = cgroup_of(process.pid, group.mount)
+            if origin is None:
+                group.remove()
+                raise InjectionFailed(f"cpu-throttle: cannot tell which cgroup pid {process.pid} is in")
+            self._held.append(_Held(process, group, origin))  # before the move: a revert undoes a half-done one
+            group.add(process.pid)
+            if cgroup_of(process.pid, group.mount) != group.path or not process.alive():
+                raise InjectionFailed(f"cpu-throttle: pid {process.pid} did not move into {group.path}")
+            ctx.log(f"cpu-throttle: replica {target.replica_id} (pid {process.pid}) limited to {cpus:.3g} CPU "
+                    f"({self.cpu_fraction:.0%} of its fair {fair:.2g}) in {group.path}")
 
     def _revert(self, ctx: FaultContext) -> None:
-        if self._group is None:
-            return
-        if self._process is not None and self._origin is not None:
-            if self._process.alive():
-                move(self._process.pid, self._origin)
-            for pid in _pids(self._group.path):  # anything else that ended up in our group goes back too
-                move(pid, self._origin)
-            ctx.log(f"cpu-throttle (revert): pid {self._process.pid} back in {self._origin}")
-        self._group.remove()
-        self._group = self._process = self._origin = None
+        while self._held:
+            held = self._held.pop()
+            if held.process.alive():
+                move(held.process.pid, held.origin)
+            for pid in _pids(held.group.path):  # anything else that ended up in our group goes back too
+                move(pid, held.origin)
+            ctx.log(f"cpu-throttle (revert): pid {held.process.pid} back in {held.origin}")
+            held.group.remove()

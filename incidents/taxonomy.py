@@ -75,6 +75,9 @@ ROOT_CAUSES: tuple[Term, ...] = (
     Term("thread-oversubscription",
          "Replicas run more compute threads together than the machine has CPUs, so the threads of each step "
          "wait on one another and every step takes longer."),
+    Term("cpu-limit-too-low",
+         "Every replica's CPU limit (its cgroup CPU quota) is below what the load needs, so the kernel holds each "
+         "replica's threads off the CPU for part of every period."),
 )
 
 REMEDIATIONS: tuple[Term, ...] = (
@@ -91,6 +94,8 @@ REMEDIATIONS: tuple[Term, ...] = (
     Term("raise-kv-cache", "Give the KV cache more blocks."),
     Term("scale-out", "Add replicas."),
     Term("no-action", "Change nothing."),
+    # added after the brief's list, for a cause added after it
+    Term("raise-cpu-limit", "Raise the replicas' CPU limit (their cgroup CPU quota)."),
 )
 
 # Where a diagnosis locates its cause: a closed list, so a candidate can know the words the key uses.
@@ -179,7 +184,10 @@ MECHANISMS: dict[str, tuple[Move, ...]] = {
                                    drafted_tokens_per_step="flat"),
     "speculation-too-deep": _moves(drafted_tokens_per_step="up", spec_acceptance="down", time_between_tokens="up"),
     "stop-token-misconfigured": _moves("task", task_accuracy="down") + _moves(output_length="down"),
-    "thread-oversubscription": _moves(time_between_tokens="up", spec_acceptance="flat", drafted_tokens_per_step="flat"),
+    "thread-oversubscription": _moves(time_between_tokens="up", spec_acceptance="flat", drafted_tokens_per_step="flat",
+                                      cpu_throttling="flat"),
+    "cpu-limit-too-low": _moves(cpu_throttling="up", time_between_tokens="up", time_to_first_token="up",
+                                spec_acceptance="flat", drafted_tokens_per_step="flat"),
     "capacity-exceeded": _moves(request_rate="up", queue_time="up", time_to_first_token="up", prefill_time="flat",
                                 decode_time="flat", prompt_length="flat", output_length="flat"),
     "no-fault": (),

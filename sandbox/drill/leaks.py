@@ -47,6 +47,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "stop-token-misconfigured": ("wrong stop token", "extra stop token", "extra eos", "stop token misconfigured",
                                  "eos misconfigured", "stops early"),
     "thread-oversubscription": ("oversubscription", "oversubscribed", "too many threads"),
+    "cpu-limit-too-low": ("cpu limit too low", "limit too low", "lowered cpu limit", "in-place resize",
+                          "vertical autoscaler"),
     # ("traffic surge" is the brief's public incident id, shown with every drill of it)
     "capacity-exceeded": ("capacity exceeded", "over capacity"),
     "no-fault": ("no fault", "control drill", "nothing injected", "no injection"),

@@ -4,6 +4,7 @@ The cgroup and the signals are real; only replica discovery (Serve's REST API)
 is replaced by a list naming the child. tests/serving/test_faults_*.py run the
 same faults against real replicas.
 """
+import os
 import random
 import subprocess
 import sys
@@ -90,6 +91,39 @@ def test_cpu_throttle_limits_the_process_and_cpu_stat_counts_it(ctx, child):
     fault.revert(ctx)
     assert cgroup_of(child.pid, cpu_mount()) == origin and not group.exists()
     assert counter.read() == throttled  # back in its own group: the totals stop growing, and never go back
+
+
+@needs_cgroup
+def test_cpu_throttle_of_all_replicas_limits_each_in_a_group_of_its_own(ctx, child, monkeypatch):
+    other = subprocess.Popen([sys.executable, "-c", BUSY, "ray::ServeReplica:other"])
+    try:
+        replicas = [Replica("replica-a", child.pid), Replica("replica-b", other.pid)]
+        monkeypatch.setattr("faults.cpu_throttle.list_replicas", lambda ctx: replicas)
+        origins = [cgroup_of(pid, cpu_mount()) for pid in (child.pid, other.pid)]
+        fault = build({"type": "cpu-throttle", "replica": "all", "cpu_fraction": 0.2})
+        where = fault.inject(ctx)
+        assert where.replica is None and where.component == "cpu"
+        groups = [cgroup_of(pid, cpu_mount()) for pid in (child.pid, other.pid)]
+        assert len(set(groups)) == 2 and all(g.name.startswith("sandbox-") for g in groups)
+        # two replicas on a fair machine of this many CPUs: each may use 0.2 of its share, alone in its group
+        fair = min(1.0, len(os.sched_getaffinity(child.pid)) / 2)
+        for group in groups:
+            assert read_quota(group) == pytest.approx(0.2 * fair, abs=0.01)
+        fault.revert(ctx)
+        assert [cgroup_of(pid, cpu_mount()) for pid in (child.pid, other.pid)] == origins
+        assert not any(g.exists() for g in groups)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def read_quota(group: Path) -> float:
+    """CPUs the group's CFS bandwidth limit allows (v2 cpu.max, v1 cfs_quota_us / cfs_period_us)."""
+    if (group / "cpu.max").exists():
+        quota, period = (group / "cpu.max").read_text().split()
+    else:
+        quota, period = (group / "cpu.cfs_quota_us").read_text(), (group / "cpu.cfs_period_us").read_text()
+    return int(quota) / int(period)
 
 
 @needs_cgroup

@@ -54,6 +54,7 @@ def test_a_valid_spec_builds_its_type_and_round_trips(spec, cls):
     ({"type": "cpu-throttle", "cpu_fraction": 0}, "cpu_fraction", "got 0"),
     ({"type": "cpu-throttle", "cpu_fraction": 0.001}, "cpu_fraction", "got 0.001"),
     ({"type": "deploy", "set": {}}, "set", "non-empty mapping"),
+    ({"type": "cpu-throttle", "cpu_fraction": 0.5, "replica": "every"}, "replica", "'random', 'all' or a replica index"),
     ({"type": "deploy", "set": ["max_num_seqs=4"]}, "set", "non-empty mapping"),
     ({"type": "deploy", "set": {"engine.no_such_field": 1}}, "set.engine.no_such_field", "unknown setting"),
     ({"type": "deploy", "set": {"max_num_seqs": 0}}, "set.max_num_seqs", "positive integer"),

@@ -44,9 +44,9 @@ def test_the_short_list_names_only_alerts_still_short(causes_by_alert):
     assert {a: len(causes_by_alert[a]) for a in SHORT} == SHORT
 
 
-def test_the_time_between_tokens_page_has_two_speculation_causes_and_one_of_threads(causes_by_alert):
+def test_the_time_between_tokens_page_has_two_speculation_causes_and_two_of_cpu(causes_by_alert):
     assert causes_by_alert["InterTokenLatencyHigh"] == {"draft-model-mismatch", "speculation-too-deep",
-                                                        "thread-oversubscription"}
+                                                        "thread-oversubscription", "cpu-limit-too-low"}
 
 
 def test_the_accuracy_page_has_two_quantization_causes_and_a_stop_token(causes_by_alert):

@@ -18,16 +18,18 @@ BRIEF_ROOT_CAUSES = [
     "kv-cache-too-small", "weight-quantization-too-coarse", "kv-cache-quantization", "draft-model-mismatch",
     "capacity-exceeded", "no-fault"]
 # causes added since the brief, after its list so its ids keep their places
-ADDED_ROOT_CAUSES = ["speculation-too-deep", "stop-token-misconfigured", "thread-oversubscription"]
+ADDED_ROOT_CAUSES = ["speculation-too-deep", "stop-token-misconfigured", "thread-oversubscription",
+                     "cpu-limit-too-low"]
 BRIEF_REMEDIATIONS = [
     "rollback-deploy", "enable-prefix-caching", "raise-prefill-budget", "lower-memory-utilization",
     "lower-max-num-seqs", "restart-replica", "drain-replica", "enable-batch-invariance", "honor-seed",
     "requantize-finer", "raise-kv-cache", "scale-out", "no-action"]
+ADDED_REMEDIATIONS = ["raise-cpu-limit"]
 
 
 def test_ids_are_exactly_the_briefs_in_order_then_the_added_causes():
     assert [t.id for t in ROOT_CAUSES] == BRIEF_ROOT_CAUSES + ADDED_ROOT_CAUSES
-    assert [t.id for t in REMEDIATIONS] == BRIEF_REMEDIATIONS
+    assert [t.id for t in REMEDIATIONS] == BRIEF_REMEDIATIONS + ADDED_REMEDIATIONS
 
 
 def test_every_term_has_a_one_line_description():
@@ -55,4 +57,4 @@ def test_unknown_id_raises_with_a_close_match(lookup, word, message):
 def test_as_dict_is_plain_data_for_json():
     data = as_dict()
     assert data["root_causes"][0] == {"id": "prefix-caching-disabled", "description": ROOT_CAUSES[0].description}
-    assert len(data["remediations"]) == len(BRIEF_REMEDIATIONS)
+    assert len(data["remediations"]) == len(BRIEF_REMEDIATIONS + ADDED_REMEDIATIONS)
