@@ -88,6 +88,9 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
         [_mean("vllm:request_time_per_output_token_seconds", "replica"),
          f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],
         f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"),
+    ("tpot-regression", "cpu-limit"): (
+        [f"sum by (replica) (rate({THROTTLED}[1m]))", _mean("vllm:request_time_per_output_token_seconds", "replica")],
+        f"sum(rate({THROTTLED}[1m]))"),
     ("slow-replica", "throttled"): (
         [f"sum by (replica) (rate({THROTTLED}[1m]))", _mean("vllm:inter_token_latency_seconds", "replica")],
         f"sum(rate({THROTTLED}[1m]))"),
