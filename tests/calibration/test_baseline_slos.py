@@ -1,5 +1,6 @@
 """A drill's latency thresholds from its own healthy baseline (sandbox/calibration/baseline_slos.py)."""
 import math
+import subprocess
 
 import pytest
 import yaml
@@ -118,3 +119,52 @@ def test_until_the_baseline_sets_them_its_thresholds_are_unset_and_prometheus_re
     # Prometheus prints the rule it loaded back as `vector(+Inf)`: install waits until it reads what it wrote
     assert threshold_rules._constant("vector(+Inf)") == math.inf and threshold_rules._close(math.inf, math.inf)
     assert threshold_rules._constant("vector(2.25)") == 2.25 and not threshold_rules._close(math.inf, 2.25)
+
+
+def test_the_tpot_threshold_is_read_from_the_highest_rolling_minute_when_that_is_higher():
+    class InstantProm:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def query(self, expr, at=None):
+            return self.rows.get(expr, [])
+
+    reading = READINGS[TPOT]
+    highest = reading.highest(120)
+    assert highest == ("max_over_time((histogram_quantile(0.5, sum by (le) "
+                       "(rate(vllm:request_time_per_output_token_seconds_bucket[60s]))))[60s:2s])")
+    assert reading.highest(65) is None  # five seconds of whole minutes: the window's own reading alone
+    assert READINGS[TTFT].highest(120) is None  # a p99 per minute is its slowest requests: a bucket more instead
+    row = lambda v: [{"metric": {}, "value": [0, v]}]
+    got = measure(InstantProm({reading.expr("120s"): row("0.0132"), highest: row("0.0159")}), 1_000_000, 1_000_120)
+    assert got[TPOT] == 0.0159
+    assert derive(got, {})[TPOT] == 0.03  # 0.0159 reads up to 0.02; the whole window's 0.0132 gave 0.0225
+    got = measure(InstantProm({reading.expr("120s"): row("0.0132"), highest: row("0.0120")}), 1_000_000, 1_000_120)
+    assert got[TPOT] == 0.0132
+
+
+def test_prometheus_reads_the_highest_rolling_minute_inside_the_window_and_the_window_at_once(tmp_path):
+    from incidents.promql import PromtoolNotFound, promtool_binary
+    try:
+        promtool = promtool_binary()
+    except PromtoolNotFound as e:
+        pytest.skip(str(e))
+    # 10 requests a second: a minute (120-180 s) of medians in 0.015-0.02 s between two in 0-0.01 s
+    low = "0+10x120 1200+0x60 1200+10x60"
+    family = "vllm:request_time_per_output_token_seconds"
+    series = [{"series": f'{family}_bucket{{le="{le}"}}', "values": low} for le in ("0.01", "0.015")]
+    series += [{"series": f'{family}_bucket{{le="{le}"}}', "values": "0+10x240"} for le in ("0.02", "+Inf")]
+    series += [{"series": f"{family}_count", "values": "0+10x240"}]
+    reading = READINGS[TPOT]
+    within = lambda expr, lo, hi: f"({expr} > bool {lo}) * ({expr} <= bool {hi})"
+    tests = [{"expr": within(reading.expr("180s"), 0, 0.01), "eval_time": "240s",
+              "exp_samples": [{"labels": "{}", "value": 1}]},
+             {"expr": within(reading.highest(180), 0.015, 0.02), "eval_time": "240s",
+              "exp_samples": [{"labels": "{}", "value": 1}]}]
+    spec = {"rule_files": [], "evaluation_interval": "1s",
+            "tests": [{"name": "a slow minute in a fast window", "interval": "1s", "input_series": series,
+                       "promql_expr_test": tests}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True,
+                            text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
