@@ -192,16 +192,16 @@ class CpuThrottle(Fault):
 
     def _inject(self, ctx: FaultContext) -> None:
         replicas = list_replicas(ctx)
-        targets = replicas if self.replica == "all" and replicas else [select(replicas, self.replica, ctx.rng)]
-        one = len(targets) == 1 and self.replica != "all"
-        self._location = Location(replica=targets[0].replica_id if one else None, version=ctx.state.version,
+        every = self.replica == "all"
+        # select() also says so when no replica runs at all
+        targets = replicas if every and replicas else [select(replicas, self.replica, ctx.rng)]
+        self._location = Location(replica=None if every else targets[0].replica_id, version=ctx.state.version,
                                   component=self.component)
+        # the engines' torch threads: 1 unless the serve config names more
+        threads = max(1, torch_threads(deployed_engine_setting(ctx.state.deployed_config, "torch_threads", 1)) or 1)
         for target in targets:
             process = Process.of(target)
-            fair = fair_cpus(len(os.sched_getaffinity(process.pid)), len(replicas),
-                             # the engines' torch threads: 1 unless the serve config names more
-                             max(1, torch_threads(deployed_engine_setting(ctx.state.deployed_config,
-                                                                          "torch_threads", 1)) or 1))
+            fair = fair_cpus(len(os.sched_getaffinity(process.pid)), len(replicas), threads)
             cpus = max(MIN_QUOTA_US / PERIOD_US, self.cpu_fraction * fair)
             group = QuotaGroup.create(cpus)
             origin = cgroup_of(process.pid, group.mount)
