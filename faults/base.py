@@ -21,6 +21,7 @@ from services.stack.ray_cluster import python_signal_handlers
 from services.stack.serve_control import ServeControl
 
 if TYPE_CHECKING:
+    from faults.journal import FaultJournal
     from services.stack.settings import SandboxConfig
     from services.stack.state import StackState
 
@@ -79,6 +80,8 @@ class FaultContext:
     # Called while an injection waits on a rollout: a drill keeps watching its alerts meanwhile, so a
     # page that fires mid-rollout is shown when it fires, not when the rollout has landed.
     tick: Callable[[], None] | None = None
+    # Where a fault writes how to undo what outlives the drill (faults/journal.py); None: nowhere (tests).
+    journal: FaultJournal | None = None
     _serve: ServeControl | None = field(default=None, init=False, repr=False)
     _ray_connected: bool = field(default=False, init=False, repr=False)
 
@@ -109,6 +112,15 @@ class FaultContext:
                 ray.init(address=self.state.ray_address, namespace=NAMESPACE, log_to_driver=False,
                          logging_level=logging.WARNING)
             self._ray_connected = True
+
+    def remember(self, fault: Fault) -> None:
+        """A fault is about to change something: its undo record goes to the journal first."""
+        if self.journal is not None:
+            self.journal.remember(fault)
+
+    def forget(self, fault: Fault) -> None:
+        if self.journal is not None:
+            self.journal.forget(fault)
 
     def runtime(self):
         """The cluster's ReplicaRuntime actor (services/serve/replica_runtime.py)."""
@@ -181,6 +193,7 @@ class Fault:
             return
         self._revert(ctx)
         self._injected = False
+        ctx.forget(self)
 
     @property
     def injected(self) -> bool:
@@ -188,6 +201,16 @@ class Fault:
 
     def location(self) -> Location:
         return self._location
+
+    def undo_record(self) -> dict | None:
+        """What `restore` needs (JSON) to undo this fault's changes from another process, when its own process
+        was killed before the revert; None when stopping the stack undoes them (they live in its processes)."""
+        return None
+
+    @classmethod
+    def restore(cls, record: dict) -> list[str]:
+        """Undo from an `undo_record` (safe to repeat; what is gone is left alone); a line per change undone."""
+        raise NotImplementedError(f"{cls.type} writes no undo record")
 
     def _inject(self, ctx: FaultContext) -> None:
         raise NotImplementedError

@@ -209,18 +209,46 @@ class CpuThrottle(Fault):
                 group.remove()
                 raise InjectionFailed(f"cpu-throttle: cannot tell which cgroup pid {process.pid} is in")
             self._held.append(_Held(process, group, origin))  # before the move: a revert undoes a half-done one
+            ctx.remember(self)  # and so does the next `sandbox down`, should this drill be killed
             group.add(process.pid)
             if cgroup_of(process.pid, group.mount) != group.path or not process.alive():
                 raise InjectionFailed(f"cpu-throttle: pid {process.pid} did not move into {group.path}")
             ctx.log(f"cpu-throttle: replica {target.replica_id} (pid {process.pid}) limited to {cpus:.3g} CPU "
                     f"({self.cpu_fraction:.0%} of its fair {fair:.2g}) in {group.path}")
 
+    def undo_record(self) -> dict | None:
+        if not self._held:
+            return None
+        return {"held": [{"pid": h.process.pid, "start_ticks": h.process.start_ticks, "version": h.group.mount.version,
+                          "mount": str(h.group.mount.path), "root": h.group.mount.root, "group": str(h.group.path),
+                          "origin": str(h.origin)} for h in self._held]}
+
+    @classmethod
+    def restore(cls, record: dict) -> list[str]:
+        done = []
+        for h in reversed(record["held"]):
+            held = _Held(Process(int(h["pid"]), int(h["start_ticks"])),
+                         QuotaGroup(CgroupMount(int(h["version"]), Path(h["mount"]), h["root"]), Path(h["group"])),
+                         Path(h["origin"]))
+            if not held.group.path.is_dir():
+                continue  # reverted already, or removed with its last process
+            moved = held.process.alive() and cgroup_of(held.process.pid, held.group.mount) == held.group.path
+            _release(held)
+            done.append(f"removed a CPU quota group ({held.group.path})"
+                        + (f" and moved pid {held.process.pid} back to {held.origin}" if moved else ""))
+        return done
+
     def _revert(self, ctx: FaultContext) -> None:
         while self._held:
             held = self._held.pop()
-            if held.process.alive():
-                move(held.process.pid, held.origin)
-            for pid in _pids(held.group.path):  # anything else that ended up in our group goes back too
-                move(pid, held.origin)
+            _release(held)
             ctx.log(f"cpu-throttle (revert): pid {held.process.pid} back in {held.origin}")
-            held.group.remove()
+
+
+def _release(held: _Held) -> None:
+    """The process (and anything else in our group) back to where it came from; the group removed."""
+    if held.process.alive():
+        move(held.process.pid, held.origin)
+    for pid in _pids(held.group.path):  # anything else that ended up in our group goes back too
+        move(pid, held.origin)
+    held.group.remove()

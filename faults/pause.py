@@ -41,6 +41,7 @@ class Pause(Fault):
         process = Process.of(target)
         self._location = Location(replica=target.replica_id, version=ctx.state.version, component=self.component)
         self._process = process
+        ctx.remember(self)  # a drill killed while this process is stopped would leave it stopped for good
         self._timer = threading.Timer(self.seconds, self._resume)
         self._timer.daemon = True
         os.kill(process.pid, signal.SIGSTOP)
@@ -72,6 +73,22 @@ class Pause(Fault):
                 os.kill(process.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+
+    def undo_record(self) -> dict | None:
+        if self._process is None:
+            return None
+        return {"pid": self._process.pid, "start_ticks": self._process.start_ticks}
+
+    @classmethod
+    def restore(cls, record: dict) -> list[str]:
+        process = Process(int(record["pid"]), int(record["start_ticks"]))
+        if not process.alive():
+            return []
+        try:
+            os.kill(process.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            return []
+        return [f"resumed a stopped process (pid {process.pid})"]
 
     def _revert(self, ctx: FaultContext) -> None:
         if self._timer is not None:

@@ -38,6 +38,11 @@ def up(
         if backend is Backend.compose:
             state = ComposeBackend(cfg, steps).up(replicas)
         else:
+            from sandbox.drill.leftovers import stop_killed_drill
+
+            if (left := stop_killed_drill(cfg, steps)) is not None:  # `up` would find its stack, faults and all
+                steps.note(f"an earlier drill ended without its clean-up: stopped what it left "
+                           f"({', '.join(left['stopped']) or 'nothing running'})")
             state = Stack(cfg, steps).up(replicas, address)
     except ComposeUnavailable as e:
         fail(str(e), code=2)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from faults.base import FaultContext, revert_all
+from faults.journal import SUFFIX as JOURNAL_SUFFIX, FaultJournal
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
 from sandbox.calibration import baseline_slos
 from sandbox.calibration.calibrator import calibrate_stack, install_thresholds
@@ -30,8 +31,8 @@ from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
 from sandbox.drill.interrupts import DrillInterrupted, TeardownForced, deferred_signals, raise_interrupted
 from sandbox.drill.pager import Pager
 from sandbox.drill.plan import make_plan
-from sandbox.drill.leftovers import stop_all
-from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, running_drill, write_atomic
+from sandbox.drill.leftovers import stop_killed_drill
+from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, write_atomic
 from sandbox.drill.settings import DrillResult, DrillSettings
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.drill.verify import family
@@ -178,15 +179,14 @@ class Drill:
         self.record.event("traffic started", 0.0)
 
     def _stack(self) -> StackState:
+        # A drill killed mid-fault (SIGKILL) left its faults in this stack (a deploy, an override, a throttled
+        # replica): a drill on it would start from that, not from a healthy baseline.
+        if (report := stop_killed_drill(self.cfg, self.steps)) is not None:
+            self.steps.note(f"an earlier drill ended without its clean-up (its record: {report.get('killed_drill')});"
+                            f" stopped what it left ({', '.join(report['stopped']) or 'nothing running'}), "
+                            "starting a fresh stack")
         try:
             state = StackState.load(self.cfg.state_file)
-            if state.prometheus_pid and (self.cfg.home / DRILL_FILE).is_file() and running_drill(self.cfg.home) is None:
-                # A drill killed mid-fault (SIGKILL) left its faults in this stack (a deploy, an override, a
-                # throttled replica): a drill on it would start from that, not from a healthy baseline.
-                killed = stop_all(self.cfg, self.steps).get("killed_drill")
-                self.steps.note(f"an earlier drill ended without its clean-up (its record: {killed}); the stack "
-                                "it ran on may have held its faults: stopped it, starting a fresh one")
-                raise NoStackError("stopped the killed drill's stack")
             if state.prometheus_pid and PrometheusClient(state.prometheus_url).ready():
                 if self.node == "container" and not state.container_nodes:
                     raise RuntimeError("this variant runs one replica in a container node and the running "
@@ -299,7 +299,8 @@ class Drill:
 
     def _fault_context(self) -> None:
         rng = random.Random(f"faults/{self.plan.incident_id}/{self.plan.variant}/{self.seed}")
-        self.ctx = FaultContext(self.cfg, self.state, rng, tick=self._watch_alerts)
+        journal = FaultJournal(self.cfg.keys_dir / f"{self.record.dir.name}{JOURNAL_SUFFIX}")
+        self.ctx = FaultContext(self.cfg, self.state, rng, tick=self._watch_alerts, journal=journal)
         self.closers.push("fault context", self.ctx.close)
         if any(fault.needs_ray for faults in self.faults for _, fault in faults):
             self.ctx.connect_ray()  # before traffic: a driver joining later would show in Ray's job list
