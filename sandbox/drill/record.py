@@ -5,7 +5,7 @@
       events.jsonl      the public timeline: traffic, deploys by version,  (candidate-visible)
                         the page, the end
       sealed/answer.bin variant, answer key, injection time, fault log    (encrypted; key elsewhere)
-      prometheus/       a TSDB snapshot of the run, written at the end
+      prometheus/       a copy of the run's TSDB, written at the end
 
 The key is written under the sandbox home (`keys/<run-id>.key`), not in the
 run directory, so the directory can be handed to a candidate. Files are
@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
+
+from services.stack.prometheus import copy_tsdb
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
@@ -135,13 +137,12 @@ class RunRecord:
             raise ValueError(f"{self.key_file} is not the key of run {self.dir.name}") from None
 
     # -- Prometheus data -------------------------------------------------------
-    def keep_prometheus_snapshot(self, snapshot_dir: Path) -> Path:
-        """Move a TSDB snapshot (from Prometheus' admin API) into the run directory."""
+    def keep_prometheus_data(self, data_dir: Path) -> Path:
+        """Copy the running Prometheus's TSDB into the run directory (prometheus.copy_tsdb)."""
         dest = self.dir / "prometheus"
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.move(str(snapshot_dir), str(dest))
-        return dest
+        return copy_tsdb(data_dir, dest)
 
 
 DRILL_FILE = "drill.json"  # in the sandbox home while a drill runs: its pid, run directory and mode

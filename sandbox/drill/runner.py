@@ -396,10 +396,9 @@ class Drill:
     def _keep_prometheus_data(self) -> list[str]:
         try:
             with self.steps.step("keeping the run's Prometheus data"):
-                name = self.prom.snapshot()
-                self.record.keep_prometheus_snapshot(Path(self.state.run_dir) / "prometheus-data" / "snapshots" / name)
-        except (PrometheusError, OSError) as e:
-            return [f"prometheus snapshot: {e}"]
+                self.record.keep_prometheus_data(Path(self.state.run_dir) / "prometheus-data")
+        except OSError as e:
+            return [f"prometheus data: {e}"]
         return []
 
     @property

@@ -25,14 +25,39 @@ def start_server(binary: str, config_file: Path, data_dir: Path, listen: str, lo
                  extra_args: tuple[str, ...] = ()) -> subprocess.Popen:
     """Start Prometheus in its own session, so the caller's Ctrl-C does not kill it mid-teardown."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    # No lifecycle API (/-/quit, /-/reload): anyone on loopback, a candidate too, could stop or reload it
-    # mid-drill; the sandbox reloads its rules with SIGHUP. The admin API stays for the run's TSDB snapshot.
+    # Neither the lifecycle API (/-/quit, /-/reload) nor the admin API (delete series, snapshot): anyone on
+    # loopback, a candidate too, could stop it or erase evidence mid-drill. The sandbox reloads its rules with
+    # SIGHUP and keeps a run's data by copying the TSDB (copy_tsdb); the query API stays open and read-only.
     cmd = [binary, f"--config.file={config_file}", f"--storage.tsdb.path={data_dir}",
-           f"--web.listen-address={listen}", "--web.enable-admin-api",
+           f"--web.listen-address={listen}",
            "--storage.tsdb.retention.time=7d", "--log.level=warn", *extra_args]
     with open(log_file, "ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
+
+
+def copy_tsdb(data_dir: Path, dest: Path) -> Path:
+    """A copy of a running Prometheus's TSDB, with no admin API: what a Prometheus opens as after a crash.
+
+    Persisted blocks never change once written (one still being written, `*.tmp*`, is skipped: Prometheus
+    removes those on start). The head is copied as the head's own crash recovery expects it: its memory-mapped
+    chunks first, then the write-ahead log, so the log covers whatever the chunks' copy missed; a last WAL
+    record cut short by the copy is dropped by the WAL's repair when the copy is opened. `dest` must not exist.
+    """
+    data_dir, dest = Path(data_dir), Path(dest)
+    dest.mkdir(parents=True)
+    skip = {"lock", "queries.active", "snapshots", "wal", "chunks_head"}
+    for entry in sorted(data_dir.iterdir()):
+        if entry.name in skip or ".tmp" in entry.name:
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, dest / entry.name, ignore=shutil.ignore_patterns("*.tmp*"))
+        else:
+            shutil.copy2(entry, dest / entry.name)
+    for name in ("chunks_head", "wal"):  # in this order
+        if (data_dir / name).is_dir():
+            shutil.copytree(data_dir / name, dest / name)
+    return dest
 
 
 class PrometheusClient:
@@ -108,13 +133,4 @@ class PrometheusClient:
         """Every value the label has (`__name__`: every metric name)."""
         return self._get(f"/api/v1/label/{label}/values", {})
 
-    def snapshot(self) -> str:
-        """A TSDB snapshot (admin API); returns its name under <data dir>/snapshots/."""
-        try:
-            resp = self._http.post(f"{self.url}/api/v1/admin/tsdb/snapshot")
-        except httpx.HTTPError as e:
-            raise PrometheusError(f"Prometheus at {self.url} unreachable: {e}") from None
-        if resp.status_code != 200:
-            raise PrometheusError(f"snapshot failed ({resp.status_code}): {resp.text[:300]}")
-        return resp.json()["data"]["name"]
 
