@@ -16,7 +16,7 @@ drill ends in the field:
     duration       nothing: the drill runs its --duration and ends by itself
 
 Then it checks what was left: processes of Ray, Prometheus, the canary or the sandbox CLI; the
-sandbox's cgroups (CPU quotas); its listening ports; containers (when a Docker engine answers);
+sandbox's cgroups (CPU quotas); a fault journal left undone (faults/journal.py); its listening ports; containers (when a Docker engine answers);
 and that the run's `run.json` names how it ended. One JSON line per drill, then a summary line.
 Not a test: it runs for hours (the suite keeps one representative of each ending).
 """
@@ -36,6 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from faults.journal import SUFFIX as JOURNAL_SUFFIX
+from services.serve.cgroup_cpu import cpu_mounts
 from services.stack.ports import listening_ports
 from services.stack.settings import SandboxConfig
 
@@ -59,12 +61,13 @@ def leftovers(cfg: SandboxConfig) -> dict:
             continue
         if cmd and state != "Z" and any(m in cmd for m in MARKS) and "bench/churn.py" not in cmd:
             procs.append(f"{entry.name} {cmd[:120]}")
-    cgroups = [p.name for p in Path("/sys/fs/cgroup/cpu").glob("sandbox-*")] \
-        if Path("/sys/fs/cgroup/cpu").is_dir() else []
+    cgroups = sorted(str(p) for mount in cpu_mounts() for p in mount.path.glob("sandbox-*"))
+    journals = [p.name for p in Path(cfg.keys_dir).glob(f"*{JOURNAL_SUFFIX}")]  # a fault left undone
     ports = {getattr(cfg, n) for n in ("ray_port", "dashboard_port", "metrics_export_port", "api_port",
                                         "prometheus_port")}
     listening = sorted(ports & listening_ports())
-    return {"processes": procs, "cgroups": cgroups, "ports": listening, "containers": _containers()}
+    return {"processes": procs, "cgroups": cgroups, "journals": journals, "ports": listening,
+            "containers": _containers()}
 
 
 def _containers() -> list[str]:

@@ -84,6 +84,8 @@ def register(app: typer.Typer) -> None:
         incident: str = typer.Argument(None, help=INCIDENTS_HELP),
         pick_random: bool = typer.Option(False, "--random", help="a random incident (chosen by --seed)"),
         seed: int = typer.Option(None, "--seed", help="fixes the incident (with --random), variant and timeline"),
+        variant: str = typer.Option(None, "--variant", help="run this variant of the named incident (as `verify` "
+                                    "does: a facilitator's or a test's chosen case; default: drawn by --seed)"),
         headless: bool = typer.Option(False, "--headless", help="run the timeline (or --duration) and stop; "
                                       "without it the drill goes on after the page until you end it with Ctrl-C"),
         duration: float = typer.Option(None, "--duration", min=30, help="seconds of traffic, then stop "
@@ -109,8 +111,10 @@ def register(app: typer.Typer) -> None:
                 for r in rows:
                     console.print(f"{r['incident']:<22} pages {r['page']:<28} {r['variants']} variant(s)")
             return
+        if variant is not None and pick_random:
+            fail("--variant goes with a named incident, not --random (a random drill's variant is the secret)", code=2)
         seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
-        inc, variant = _pick(catalogue, incident, pick_random, seed, None)
+        inc, variant = _pick(catalogue, incident, pick_random, seed, variant)
         compose = None
         if backend is Backend.compose:
             _check_plan(inc, variant, seed, duration)  # before any container starts

@@ -55,6 +55,10 @@ def test_unknown_incidents_and_variants_are_refused_with_the_choices(tmp_path):
     assert out.returncode == 2 and "choose from" in out.stderr and "slow-replica" in out.stderr
     out = _sandbox(tmp_path, "verify", "slow-replica", "--variant", "nope")
     assert out.returncode == 2 and "unknown variant 'nope'" in " ".join(out.stderr.split())
+    out = _sandbox(tmp_path, "drill", "slow-replica", "--variant", "nope")
+    assert out.returncode == 2 and "unknown variant 'nope'" in " ".join(out.stderr.split())
+    out = _sandbox(tmp_path, "drill", "--random", "--variant", "small-cache")
+    assert out.returncode == 2 and "--variant goes with a named incident" in " ".join(out.stderr.split())
     assert not (tmp_path / "runs").exists()
 
 
