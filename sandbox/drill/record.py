@@ -14,8 +14,8 @@ replaced atomically: an interrupted drill leaves complete files, never halves.
 from __future__ import annotations
 
 import json
-import secrets
 import os
+import secrets
 import shutil
 import time
 from pathlib import Path

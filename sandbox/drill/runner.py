@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from faults.base import FaultContext, revert_all
-from faults.journal import SUFFIX as JOURNAL_SUFFIX, FaultJournal
+from faults.journal import SUFFIX as JOURNAL_SUFFIX
+from faults.journal import FaultJournal
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
 from sandbox.calibration import baseline_slos
 from sandbox.calibration.calibrator import calibrate_stack, install_thresholds
@@ -29,9 +30,9 @@ from sandbox.canary import process as canary_process
 from sandbox.drill.closers import Closers
 from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
 from sandbox.drill.interrupts import DrillInterrupted, TeardownForced, deferred_signals, raise_interrupted
+from sandbox.drill.leftovers import stop_killed_drill
 from sandbox.drill.pager import Pager
 from sandbox.drill.plan import make_plan
-from sandbox.drill.leftovers import stop_killed_drill
 from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, write_atomic
 from sandbox.drill.settings import DrillResult, DrillSettings
 from sandbox.drill.traffic_runner import TrafficRunner

@@ -6,7 +6,6 @@ over what the first had scraped. The admin endpoints of the first say they are o
 """
 import shutil
 import time
-from pathlib import Path
 
 import httpx
 import pytest
