@@ -14,7 +14,7 @@ import typer
 
 from sandbox.commands.common import config, console, fail, print_json
 
-REPLAY_FILE = "replay.json"  # in the sandbox home while a replay serves: `sandbox query` reads it
+REPLAY_FILE = "replay.json"  # sandbox.grading.recorded.REPLAY_FILE, not imported here (lazy imports, above)
 
 
 def active_replay(cfg) -> dict | None:
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         clock at the incident. `sandbox query` answers from it until you stop it with Ctrl-C."""
         from sandbox.commands.drill import page_panel
         from sandbox.drill.record import write_atomic
-        from sandbox.grading.recorded import RecordedPrometheus, free_port
+        from sandbox.grading.recorded import RecordedPrometheus, free_port, stop_left_replay
         from sandbox.grading.recording import unpack
         from services.stack.prometheus import PrometheusError
 
@@ -76,6 +76,7 @@ def register(app: typer.Typer) -> None:
         cfg = config()
         if active_replay(cfg):
             fail("a replay is already serving; stop it first (Ctrl-C in its terminal)")
+        stop_left_replay(cfg.home)  # a killed replay's Prometheus would hold the port
         dest = cfg.home / "replays" / recording.name.split(".")[0]
         if dest.exists():
             shutil.rmtree(dest)
@@ -87,11 +88,15 @@ def register(app: typer.Typer) -> None:
         at = public.get("ended") or time.time()
         port = port or free_port(cfg.host, preferred=cfg.prometheus_port)
         try:
-            with RecordedPrometheus(run_dir / "prometheus", cfg.host, port) as prom:
+            recorded = RecordedPrometheus(run_dir / "prometheus", cfg.host, port)
+            with recorded as prom:
                 prom.query("up", at=at)  # the first answer: the replay is ready
                 ready_s = round(time.monotonic() - t_start, 2)
+                # the Prometheus and its scratch copy too: a replay killed before its clean-up leaves them,
+                # and `sandbox down` (or the next `up`) stops them from this marker
                 info = {"prometheus_url": prom.url, "at": at, "run_dir": str(run_dir), "pid": os.getpid(),
-                        "run_id": public.get("run_id")}
+                        "run_id": public.get("run_id"), "prometheus_pid": recorded.proc.pid,
+                        "scratch": str(recorded.scratch)}
                 if once:
                     out = {**info, "ready_s": ready_s}
                     print_json(out) if as_json else console.print(f"ready in {ready_s} s at {prom.url}")

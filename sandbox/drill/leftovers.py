@@ -5,6 +5,7 @@
                      SIGTERM that stops the stack
     the stack        Ray, its Serve replicas, Prometheus, the traffic generators (Stack.down)
     a killed drill   its run.json says "killed" and its marker goes (record.close_killed_drill)
+    a killed replay  its Prometheus, scratch copy and marker (grading.recorded.stop_left_replay)
     quota groups     empty CPU quota groups left by a drill killed before it wrote its journal
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from faults.cpu_throttle import remove_left_groups
 from faults.journal import orphans, recover
 from sandbox.drill.record import DRILL_FILE, close_killed_drill, running_drill
+from sandbox.grading.recorded import left_replay, stop_left_replay
 from services.stack.stack import Stack
 
 
@@ -35,6 +37,8 @@ def stop_all(cfg, steps, report: dict | None = None) -> dict:
     if killed := close_killed_drill(cfg.home, cfg.keys_dir):  # its record says how it ended
         stopped.append("a killed drill's record")
         report["killed_drill"] = killed
+    if replay := stop_left_replay(cfg.home):
+        stopped.append(replay)
     if groups := remove_left_groups():
         stopped.append(f"{len(groups)} CPU quota group(s)")
         report["cgroups_removed"] = groups
@@ -49,6 +53,7 @@ def killed_drill_left(cfg) -> bool:
 
 
 def stop_killed_drill(cfg, steps) -> dict | None:
-    """What a killed drill left (its faults, the stack it ran on, its record) stopped as `down` would; None
-    when there is nothing of the kind. A drill or `up` on that stack would start from its faults."""
-    return stop_all(cfg, steps) if killed_drill_left(cfg) else None
+    """What a killed drill or replay left (its faults, the stack it ran on, its record, a replay's Prometheus)
+    stopped as `down` would; None when there is nothing of the kind. A drill or `up` on that stack would start
+    from its faults, and a replay's Prometheus holds the port the stack's wants."""
+    return stop_all(cfg, steps) if killed_drill_left(cfg) or left_replay(cfg.home) is not None else None

@@ -7,6 +7,7 @@ rules recorded (alerts, `sandbox:*` series) is in the data already.
 """
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import socket
@@ -15,10 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.drill.record import RunRecord
+from sandbox.drill.record import RunRecord, read_live_marker
 from services.stack.prometheus import PrometheusClient, PrometheusError, find_binary, start_server
+from services.stack.state import stop_pid
 
 READY_TIMEOUT_S = 30.0
+REPLAY_FILE = "replay.json"  # in the sandbox home while a replay serves: its pid, URL, Prometheus pid, scratch
+SCRATCH_PREFIX = "sandbox-replay-"
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class RecordedPrometheus:
         self.client: PrometheusClient | None = None
 
     def __enter__(self) -> PrometheusClient:
-        self.scratch = Path(tempfile.mkdtemp(prefix="sandbox-replay-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         try:
             shutil.copytree(self.data_dir, self.scratch / "data")
             config = self.scratch / "prometheus.yml"
@@ -133,4 +137,42 @@ class RecordedPrometheus:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-__all__ = ["RecordedRun", "RecordedPrometheus", "Windows", "PrometheusError", "free_port"]
+def left_replay(home: Path) -> dict | None:
+    """The marker of a replay that died without its clean-up (SIGKILL): its process is gone, while its Prometheus
+    (a session of its own) may still serve the scratch copy on the sandbox's port. None when there is none."""
+    marker = Path(home) / REPLAY_FILE
+    if not marker.is_file() or read_live_marker(marker) is not None:
+        return None
+    try:
+        info = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        info = {}
+    return info if isinstance(info, dict) else {}
+
+
+def stop_left_replay(home: Path) -> str | None:
+    """Stop what a killed replay left: its Prometheus (only the process serving its scratch copy: a pid reused
+    since is left alone), the scratch copy and the marker. Returns what was stopped, or None when nothing was."""
+    info = left_replay(home)
+    if info is None:
+        return None
+    stopped = "a killed replay's marker"
+    pid, scratch = info.get("prometheus_pid"), str(info.get("scratch") or "")
+    if isinstance(pid, int) and scratch and scratch in _cmdline(pid):
+        stop_pid(pid)
+        stopped = f"a killed replay's Prometheus (pid {pid})"
+    if scratch and Path(scratch).name.startswith(SCRATCH_PREFIX):
+        shutil.rmtree(scratch, ignore_errors=True)
+    (Path(home) / REPLAY_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+__all__ = ["RecordedRun", "RecordedPrometheus", "Windows", "PrometheusError", "free_port", "left_replay",
+           "stop_left_replay"]

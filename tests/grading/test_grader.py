@@ -169,3 +169,32 @@ def test_grading_a_recording_writes_the_debrief_beside_it(tmp_path):
     assert debrief.is_file() and debrief.with_suffix(".html").is_file()
     assert list(debrief.parent.glob("*.png"))
     assert "## Score" in debrief.read_text()
+
+
+def test_a_replay_killed_outright_is_cleaned_up_by_sandbox_down(tmp_path):
+    from services.stack.ports import listening_ports
+
+    run, home, port = RUNS[0], tmp_path / "home", 19492
+    archive = tmp_path / "case.tar.gz"
+    pack(run, key_of(run), archive)
+    env = {**os.environ, "SANDBOX_HOME": str(home), "SANDBOX_PROMETHEUS_PORT": str(port)}
+    replay = subprocess.Popen([sys.executable, "-m", "sandbox.cli", "replay", str(archive)], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (home / "replay.json").is_file():
+            assert replay.poll() is None and time.monotonic() < deadline, replay.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        marker = json.loads((home / "replay.json").read_text())
+        os.kill(replay.pid, signal.SIGKILL)  # no clean-up at all: its Prometheus, in a session of its own, stays
+        replay.wait(timeout=30)
+    finally:
+        if replay.poll() is None:
+            os.killpg(replay.pid, signal.SIGKILL)
+    assert port in listening_ports() and Path(marker["scratch"]).is_dir()
+    down = subprocess.run([sys.executable, "-m", "sandbox.cli", "down", "--json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert down.returncode == 0, down.stderr
+    assert f"a killed replay's Prometheus (pid {marker['prometheus_pid']})" in json.loads(down.stdout)["stopped"]
+    assert port not in listening_ports() and not (home / "replay.json").exists()
+    assert not Path(marker["scratch"]).exists()
