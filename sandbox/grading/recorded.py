@@ -174,5 +174,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-__all__ = ["RecordedRun", "RecordedPrometheus", "Windows", "PrometheusError", "free_port", "left_replay",
-           "stop_left_replay"]
+__all__ = [
+    "PrometheusError",
+    "RecordedPrometheus",
+    "RecordedRun",
+    "Windows",
+    "free_port",
+    "left_replay",
+    "stop_left_replay",
+]
