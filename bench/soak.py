@@ -38,7 +38,7 @@ SAMPLE_S = 30.0
 
 def replica_figures(state: StackState) -> dict[str, dict]:
     """replica id -> resident memory (MiB), open descriptors and threads of its process."""
-    ctl = ServeControl(state.dashboard_url)
+    ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
     try:
         replicas = running_replicas(ctl.application(state.app_name) or {}, "LLMServer")
     finally:

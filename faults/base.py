@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, ClassVar, Self
 
+from services.stack import ray_token
 from services.stack.ray_cluster import python_signal_handlers
 from services.stack.serve_control import ServeControl
 
@@ -88,7 +89,7 @@ class FaultContext:
     def serve(self) -> ServeControl:
         """Serve's REST API on the dashboard (replica ids, pids, deployment state)."""
         if self._serve is None:
-            self._serve = ServeControl(self.state.dashboard_url)
+            self._serve = ServeControl(self.state.dashboard_url, token_file=self.state.ray_token_file)
         return self._serve
 
     def connect_ray(self) -> None:
@@ -108,6 +109,7 @@ class FaultContext:
             host = (self.state.ray_address or "").rpartition(":")[0]
             if host in ("127.0.0.1", "localhost"):
                 _stay_on_loopback()
+            ray_token.use_in_driver(self.state.ray_token_file)  # the sandbox's cluster refuses a driver without it
             with python_signal_handlers():  # Ray's own SIGTERM handler would end the drill without its clean-up
                 ray.init(address=self.state.ray_address, namespace=NAMESPACE, log_to_driver=False,
                          logging_level=logging.WARNING)

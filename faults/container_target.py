@@ -55,7 +55,7 @@ def engine():
 def container_replicas(ctx: FaultContext) -> list[tuple[Replica, str]]:
     """(replica, container name) for every RUNNING replica on a container node, sorted by replica id."""
     names = {c.name for c in sandbox_containers(engine())}
-    node_names = {n["node_id"]: n.get("node_name") for n in alive_nodes(ctx.state.dashboard_url)}
+    node_names = {n["node_id"]: n.get("node_name") for n in alive_nodes(ctx.state.dashboard_url, ctx.state.ray_token_file)}
     return [(r, node_names[r.node_id]) for r in list_replicas(ctx) if node_names.get(r.node_id) in names]
 
 
@@ -83,7 +83,7 @@ def rejoin(ctx: FaultContext, target: ContainerTarget) -> bool:
     elif container.status != "running":
         container.start()
         started = True
-    node.wait_joined(ctx.state.dashboard_url, timeout_s=ctx.timeout_s)
+    node.wait_joined(ctx.state.dashboard_url, timeout_s=ctx.timeout_s, token_file=ctx.state.ray_token_file)
     return started
 
 

@@ -99,7 +99,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="print one JSON ob
     cfg = config()
     state = running_state(cfg)
     report = {"run_id": state.run_id, "model": state.model_name, "version": state.version, "urls": _urls(state)}
-    ctl = ServeControl(state.dashboard_url, timeout_s=5)
+    ctl = ServeControl(state.dashboard_url, timeout_s=5, token_file=state.ray_token_file)
     try:
         app = ctl.application(state.app_name) or {}
         report["application"] = app.get("status", "NOT_DEPLOYED")

@@ -99,7 +99,7 @@ def deploy(cfg: SandboxConfig, run_dir: Path) -> None:
     (run_dir / "targets").mkdir(exist_ok=True)
     config_path = run_dir / "serve_config.yaml"
     state = stack_state(cfg, config, run_dir, config_path)
-    ctl = ServeControl(state.dashboard_url)
+    ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
     try:
         ctl.wait_dashboard(cfg.up_timeout_s)
         config.save(config_path)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from services.stack import ray_token
 from services.stack.settings import REPO_ROOT
 
 IMAGE = "sandbox-node:local"
@@ -130,6 +131,7 @@ class NodeSpec:
     num_cpus: int = 1
     object_store_mb: int = 128
     tmp_mb: int = 1024  # Ray's session dir (logs, sockets) lives here
+    token_file: str | None = None  # the head's Ray token (mounted read-only; its path, never the token, in the env)
 
     def __post_init__(self):
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
@@ -175,13 +177,18 @@ class ContainerNode:
         pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
         volumes = {p: {"bind": p, "mode": "ro"} for p in HOST_MOUNTS if Path(p).exists()}
         volumes[str(REPO_ROOT)] = {"bind": str(REPO_ROOT), "mode": "ro"}
+        auth = {}
+        if spec.token_file:
+            volumes[spec.token_file] = {"bind": spec.token_file, "mode": "ro"}
+            auth = ray_token.server_env(spec.token_file)
         try:
             client.containers.run(
                 IMAGE, spec.command(ports), name=spec.name, detach=True, network_mode="host",
                 volumes=volumes, tmpfs={"/tmp": f"size={spec.tmp_mb}m"}, shm_size=f"{spec.object_store_mb + 64}m",
                 working_dir=str(REPO_ROOT), labels={ROLE_LABEL: ROLE},
                 environment={"HOME": "/root", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-                             "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"})
+                             "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0",
+                             **auth})
         except docker.errors.APIError as e:
             raise NodeError(f"container {spec.name} did not start: {e.explanation or e}") from e
         return cls(client, spec.name)
@@ -198,21 +205,21 @@ class ContainerNode:
         except docker.errors.NotFound:
             return "removed"
 
-    def node_id(self, dashboard_url: str) -> str | None:
+    def node_id(self, dashboard_url: str, token_file: str | None = None) -> str | None:
         """The id of the ALIVE Ray node this container runs, or None."""
-        for node in alive_nodes(dashboard_url):
+        for node in alive_nodes(dashboard_url, token_file):
             if node.get("node_name") == self.name:
                 return node["node_id"]
         return None
 
-    def wait_joined(self, dashboard_url: str, timeout_s: float = 120.0) -> str:
+    def wait_joined(self, dashboard_url: str, timeout_s: float = 120.0, token_file: str | None = None) -> str:
         """Wait until the head lists this container's node alive; its Ray node id."""
         deadline = time.monotonic() + timeout_s
         while True:
             status = self.status()
             if status not in ("running", "created"):
                 raise NodeError(f"container {self.name} is {status} before joining: {self.logs_tail()}")
-            node_id = self.node_id(dashboard_url)
+            node_id = self.node_id(dashboard_url, token_file)
             if node_id:
                 return node_id
             if time.monotonic() > deadline:
@@ -247,9 +254,10 @@ def sandbox_containers(client) -> list:
     return client.containers.list(all=True, filters={"label": f"{ROLE_LABEL}={ROLE}"})
 
 
-def alive_nodes(dashboard_url: str) -> list[dict]:
+def alive_nodes(dashboard_url: str, token_file: str | None = None) -> list[dict]:
     """Ray's ALIVE nodes as the state API lists them (node_id, node_name, is_head_node, resources_total, ...)."""
-    r = httpx.get(f"{dashboard_url}/api/v0/nodes", params={"limit": 1000, "detail": "true"}, timeout=10)
+    r = httpx.get(f"{dashboard_url}/api/v0/nodes", params={"limit": 1000, "detail": "true"}, timeout=10,
+                  headers=ray_token.headers(token_file))
     r.raise_for_status()
     rows = r.json()["data"]["result"]["result"]
     return [n for n in rows if n.get("state") == "ALIVE"]

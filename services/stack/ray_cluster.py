@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+from services.stack import ray_token
 from services.stack.settings import REPO_ROOT, SandboxConfig
 
 RAY_TEMP_DIR = Path("/tmp/ray")  # Ray's default; `ray stop` and address="auto" look here
@@ -42,8 +43,9 @@ def head_running() -> bool:
 
 
 def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1,
-               resources: dict | None = None) -> tuple[str, list[int]]:
+               resources: dict | None = None, token_file: str | None = None) -> tuple[str, list[int]]:
     """`ray start --head` on loopback with the sandbox's ports; the GCS address and the head's pids.
+    `token_file`: Ray's token authentication on, with this token (services/stack/ray_token.py).
 
     `--num-cpus` is Ray's logical count (what replicas reserve), not the machine's cores.
     """
@@ -62,6 +64,8 @@ def start_head(cfg: SandboxConfig, log_file: Path, min_cpus: int = 1,
     # Replicas import `services` from this checkout even where the project is not pip-installed.
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", PYTHONPATH=pythonpath)
+    if token_file:  # every daemon, worker and replica the head starts inherits it
+        env |= ray_token.server_env(token_file)
     if cfg.host in ("127.0.0.1", "localhost"):
         # Ray turns --node-ip-address=127.0.0.1 into the machine's interface address (so other nodes
         # could join). A loopback sandbox stays on loopback: this switch (Ray's single-node mode for

@@ -6,15 +6,18 @@ from collections.abc import Callable
 
 import httpx
 
+from services.stack import ray_token
+
 
 class DeployError(RuntimeError):
     """Serve rejected a config, or an application did not become healthy in time."""
 
 
 class ServeControl:
-    def __init__(self, dashboard_url: str, timeout_s: float = 30.0):
+    def __init__(self, dashboard_url: str, timeout_s: float = 30.0, token_file: str | None = None):
+        """token_file: the cluster's Ray token (services/stack/ray_token.py); None for a cluster without one."""
         self.url = dashboard_url.rstrip("/")
-        self._http = httpx.Client(timeout=timeout_s)
+        self._http = httpx.Client(timeout=timeout_s, headers=ray_token.headers(token_file))
 
     def close(self) -> None:
         self._http.close()

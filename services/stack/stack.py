@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from services.stack import alerts, ports, prometheus, ray_cluster
+from services.stack import alerts, ports, prometheus, ray_cluster, ray_token
 from services.stack.container_node import ContainerNode, NodeSpec, docker_engine, remove_container
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
 from services.stack.progress import Steps
@@ -85,11 +85,13 @@ class Stack:
             deploy.check_engine()
             with self.steps.step("starting Ray (local head)"):
                 state.ray_started = True
+                state.ray_token_file = str(ray_token.ensure())  # the control plane is the sandbox's alone
                 state.save(cfg.state_file)
                 # Room for every replica plus one more during a rolling update.
                 state.ray_address, state.ray_pids = ray_cluster.start_head(cfg, logs / "ray.log",
                                                                            min_cpus=deploy.replicas + 1,
-                                                                           resources=head_resources)
+                                                                           resources=head_resources,
+                                                                           token_file=state.ray_token_file)
                 state.ray_session_dir = str(ray_cluster.session_dir())
                 state.dashboard_url = cfg.url(cfg.dashboard_port)
                 state.save(cfg.state_file)
@@ -102,7 +104,7 @@ class Stack:
                 state.ray_address, state.dashboard_url = address, info["dashboard_url"]
                 write_ray_sd_file(run_dir / ray_cluster.SD_FILE_NAME, info["metrics_addresses"])
                 state.save(cfg.state_file)
-        ctl = ServeControl(state.dashboard_url)
+        ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
         try:
             with self.steps.step("submitting the Serve application"):
                 ctl.wait_dashboard(cfg.up_timeout_s)
@@ -126,7 +128,7 @@ class Stack:
 
     def _start_container_nodes(self, state: StackState, count: int) -> None:
         client = docker_engine()
-        ctl = ServeControl(state.dashboard_url)  # the nodes are found through the dashboard's state API
+        ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)  # nodes: the state API
         try:
             ctl.wait_dashboard(self.cfg.up_timeout_s)
         finally:
@@ -136,9 +138,10 @@ class Stack:
             name = f"sandbox-node-{i}"
             state.container_nodes.append(name)  # recorded first: `down` removes it whatever happens next
             state.save(self.cfg.state_file)
-            nodes.append(ContainerNode.start(client, NodeSpec(name, state.ray_address, {SLOT: 1})))
+            nodes.append(ContainerNode.start(client, NodeSpec(name, state.ray_address, {SLOT: 1},
+                                                              token_file=state.ray_token_file)))
         for node in nodes:
-            node.wait_joined(state.dashboard_url, self.cfg.up_timeout_s)
+            node.wait_joined(state.dashboard_url, self.cfg.up_timeout_s, state.ray_token_file)
 
     def _start_prometheus(self, state: StackState, address: str | None) -> None:
         cfg, run_dir = self.cfg, Path(state.run_dir)
@@ -210,7 +213,7 @@ class Stack:
             return ["ray"] + [f"ray leftovers (SIGKILL: {killed})"] * bool(killed)
 
         def serve_app():
-            ctl = ServeControl(state.dashboard_url)
+            ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
             try:
                 ctl.delete_all()
             finally:

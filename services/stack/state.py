@@ -25,6 +25,7 @@ class StackState:
     ray_address: str | None = None
     ray_pids: list[int] = field(default_factory=list)  # what `ray start --head` launched
     ray_session_dir: str | None = None
+    ray_token_file: str | None = None  # the head's token auth (services/stack/ray_token.py); None: no token
     dashboard_url: str | None = None
     api_url: str | None = None
     prometheus_url: str | None = None

@@ -62,7 +62,7 @@ class Live:
             time.sleep(every_s)
 
     def node_ids(self) -> dict[str, str]:
-        return {n["node_name"]: n["node_id"] for n in alive_nodes(self.state.dashboard_url)
+        return {n["node_name"]: n["node_id"] for n in alive_nodes(self.state.dashboard_url, self.state.ray_token_file)
                 if not n.get("is_head_node")}
 
     def serving_both(self, ctx) -> bool:

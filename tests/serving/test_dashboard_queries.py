@@ -44,7 +44,7 @@ def _ensure_speculative_decoding(stack) -> None:
 
 
 def _kill_a_replica(stack) -> int:
-    ctl = ServeControl(stack.state.dashboard_url)
+    ctl = ServeControl(stack.state.dashboard_url, token_file=stack.state.ray_token_file)
     try:
         victim = running_replicas(ctl.application(stack.state.app_name), "LLMServer")[0]
         os.kill(victim["pid"], signal.SIGKILL)

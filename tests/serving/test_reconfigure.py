@@ -8,7 +8,7 @@ pytestmark = pytest.mark.stack
 
 
 def replica_pids(stack) -> dict[str, int]:
-    ctl = ServeControl(stack.state.dashboard_url)
+    ctl = ServeControl(stack.state.dashboard_url, token_file=stack.state.ray_token_file)
     try:
         return {r["replica_id"]: r["pid"] for r in ctl.replicas(stack.state.app_name, "LLMServer")}
     finally:

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.stack
 
 
 def test_a_killed_replica_is_replaced_and_traffic_recovers_within_30s(stack):
-    ctl = ServeControl(stack.state.dashboard_url)
+    ctl = ServeControl(stack.state.dashboard_url, token_file=stack.state.ray_token_file)
     client = stack.openai(timeout=15)
     try:
         victim = running_replicas(ctl.application(stack.state.app_name), "LLMServer")[0]
