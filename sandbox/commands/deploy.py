@@ -19,6 +19,7 @@ def deploy(
 ):
     """Deploy changed settings: engine.<field>=v or <field>=v (new version, rolling update),
     knobs.<max_num_seqs|max_num_batched_tokens|enable_prefix_caching|export_metrics>=v (in place),
+    ingress.max_inflight_requests=N|null (the ingress's admission limit: 429s over it; in place),
     replicas=N, version=vN."""
     from services.stack.deployer import deploy_changes
     from services.stack.progress import Steps

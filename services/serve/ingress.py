@@ -14,6 +14,7 @@ from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
 from services.serve import protocol as p
+from services.serve.admission import AdmissionLimit, IngressSettings, shed_error
 from services.serve.config import ServeAppConfig
 
 api = FastAPI(title="inference incident sandbox", docs_url=None, redoc_url=None)
@@ -114,6 +115,11 @@ class OpenAIIngress:
         self.model_name = cfg.model_name
         self.default_max_tokens = cfg.default_max_tokens
         self.created = p.now()
+        self.admission = AdmissionLimit()  # no limit until the deployment's user_config sets one
+
+    def reconfigure(self, user_config: dict) -> None:
+        """The ingress's runtime settings (its deployment's user_config), applied in place."""
+        self.admission.configure(IngressSettings.from_dict(user_config))
 
     @api.get("/v1/models")
     async def models(self):
@@ -138,18 +144,24 @@ class OpenAIIngress:
 
     async def _generate(self, request: Request, schema, chat: bool):
         reply = None
+        admitted = False  # holds a place under the admission limit, to be given back when the response ends
         try:
             req = p.parse_request(await request.body(), schema)
             if req.model != self.model_name:
                 raise p.APIError(404, f"The model `{req.model}` does not exist.", param="model",
                                  code="model_not_found")
+            if not self.admission.try_enter():
+                raise shed_error()
+            admitted = True
             payload = {"request_id": p.new_id("req"), "prompt": req.engine_prompt(),
                        "sampling": req.sampling(req.engine_max_tokens(self.default_max_tokens))}
             reply = _Reply(self.stream.generate.remote(payload), req, self.model_name, chat)
             await reply.start()
             headers = {k: v for k, v in (("x-served-by", reply.replica), ("x-served-version", reply.version)) if v}
             if req.stream:
-                return StreamingResponse(reply.events(), media_type="text/event-stream", headers=headers)
+                admitted = False  # the stream gives it back when it ends
+                return StreamingResponse(self._admitted(reply.events()), media_type="text/event-stream",
+                                         headers=headers)
             return JSONResponse(await reply.body(), headers=headers)
         except p.APIError as e:
             return JSONResponse(e.body(), status_code=e.status)
@@ -157,3 +169,14 @@ class OpenAIIngress:
             if reply is not None:  # cancelled (client gone) or failed: free the engine request
                 reply.gen.cancel()
             raise
+        finally:
+            if admitted:
+                self.admission.leave()
+
+    async def _admitted(self, events):
+        """A stream's events; its place under the admission limit is given back when it ends, however."""
+        try:
+            async for event in events:
+                yield event
+        finally:
+            self.admission.leave()

@@ -5,6 +5,8 @@ Override keys:
     replicas=3                       LLMServer num_replicas (in place, no new version)
     engine.<field>=<v> | <field>=<v> an EngineConfig field: a new version, rolled out replica by replica
     knobs.<field>=<v>                a ReplicaKnobs field (LLMServer user_config): reconfigure() in place
+    ingress.<field>=<v>              an IngressSettings field (OpenAIIngress user_config, e.g. its admission
+                                     limit max_inflight_requests): reconfigure() in place
     model_name=..., default_max_tokens=..., wedge_timeout_s=...   other application args
 Values are YAML scalars (`true`, `512`, `0.5`, `null`).
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from services.engine.config import EngineConfig
+from services.serve.admission import IngressSettings
 from services.serve.config import ReplicaKnobs, ServeAppConfig
 
 SERVER, INGRESS = "LLMServer", "OpenAIIngress"
@@ -97,6 +100,7 @@ class DeployConfig:
     def validate(self) -> None:
         ServeAppConfig.from_dict(self.args)
         ReplicaKnobs.from_dict(self.deployment(SERVER).get("user_config"))
+        IngressSettings.from_dict(self.deployment(INGRESS).get("user_config"))
         replicas = self.deployment(SERVER).get("num_replicas", 1)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
@@ -116,6 +120,7 @@ class DeployConfig:
         before = copy.deepcopy(new.args)
         engine_fields = _engine_fields()
         knob_fields = {f.name for f in fields(ReplicaKnobs)}
+        ingress_fields = {f.name for f in fields(IngressSettings)}
         app_fields = {f.name for f in fields(ServeAppConfig)} - {"engine"}
         for item in assignments:
             key, sep, raw = item.partition("=")
@@ -127,6 +132,9 @@ class DeployConfig:
                 new.deployment(SERVER).setdefault("user_config", {})
                 new.deployment(SERVER)["user_config"] = {**(new.deployment(SERVER)["user_config"] or {}),
                                                          name: value}
+            elif section == "ingress" and name in ingress_fields:
+                new.deployment(INGRESS)["user_config"] = {**(new.deployment(INGRESS).get("user_config") or {}),
+                                                          name: value}
             elif section in ("", "engine") and name in engine_fields and (section or name not in app_fields):
                 new.args.setdefault("engine", {})[name] = value
             elif section == "" and name == "replicas":
@@ -135,7 +143,8 @@ class DeployConfig:
                 new.args[name] = value
             else:
                 raise ValueError(f"unknown setting {key!r}: use version, replicas, engine.<EngineConfig field>, "
-                                 f"knobs.<{'|'.join(sorted(knob_fields))}> or {', '.join(sorted(app_fields))}")
+                                 f"knobs.<{'|'.join(sorted(knob_fields))}>, "
+                                 f"ingress.<{'|'.join(sorted(ingress_fields))}> or {', '.join(sorted(app_fields))}")
         if version is not None:
             new.args["version"] = version
         elif new.args != before and new.args.get("version") == before.get("version"):

@@ -29,9 +29,10 @@ def _landed(detail: dict, new: DeployConfig) -> bool:
     deployed = detail.get("deployed_app_config") or {}
     if not _same(deployed.get("args"), new.args):
         return False
-    server = next((d for d in deployed.get("deployments") or [] if d.get("name") == SERVER), {})
-    if not _same(server.get("user_config") or {}, new.deployment(SERVER).get("user_config") or {}):
-        return False
+    for name in (SERVER, INGRESS):  # a runtime setting has landed once Serve's target holds it
+        target = next((d for d in deployed.get("deployments") or [] if d.get("name") == name), {})
+        if not _same(target.get("user_config") or {}, new.deployment(name).get("user_config") or {}):
+            return False
     deployments = detail.get("deployments") or {}
     for name in (SERVER, INGRESS):
         replicas = (deployments.get(name) or {}).get("replicas") or []
@@ -60,7 +61,7 @@ def deploy_changes(cfg: SandboxConfig, state: StackState, assignments: list[str]
     if state.ray_started:
         new.check_engine()
     rolling = not _same(new.args, current.args)
-    ctl = ServeControl(state.dashboard_url)
+    ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
     before = set()
     ran: set[str] = set()
     last: dict = {}
