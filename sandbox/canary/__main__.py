@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -38,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="steady probes from the start, without asking every consistency key alone first "
                         "(its first answers become the references; for a calibration's load)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: never)")
+    p.add_argument("--parent-pid", type=int, default=None,
+                   help="end when this process (the drill that started it) is gone: a drill killed outright "
+                        "(SIGKILL) must not leave its canary probing a stack nobody watches")
     p.add_argument("--linger", type=float, default=0.0,
                    help="seconds the endpoint stays up after the last probe, so the final counts are scraped")
     return p
@@ -60,17 +64,37 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-async def _probe(prober: CanaryProber, duration_s: float | None) -> None:
+def _orphaned(parent_pid: int | None) -> bool:
+    """The process that started this one is gone (this one was handed to init or a subreaper)."""
+    return parent_pid is not None and os.getppid() != parent_pid
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if _orphaned(parent_pid):
+            stop.set()
+            return
+        await asyncio.sleep(0.5)
+
+
+async def _probe(prober: CanaryProber, duration_s: float | None, parent_pid: int | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await prober.run(stop, duration_s)
+    watcher = asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid is not None else None
+    try:
+        await prober.run(stop, duration_s)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # until the probe loop handles it: stop as on Ctrl-C
     args = _parser().parse_args(argv)
+    if _orphaned(args.parent_pid):  # its drill died while it started: announce nothing, probe nothing
+        return 0
     _from_running_sandbox(args)
     try:
         config = ProberConfig(interval_s=args.interval, burst_size=args.burst, seed=args.seed,
@@ -81,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     prober = CanaryProber(args.api, args.model, metrics, config)
     endpoint = MetricsEndpoint(metrics.registry, args.host, args.port, args.targets_dir, linger_s=args.linger)
     try:
-        asyncio.run(_probe(prober, args.duration))
+        asyncio.run(_probe(prober, args.duration, args.parent_pid))
     except KeyboardInterrupt:
         pass  # stopped before the probe loop could take the signal
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,11 +43,12 @@ def spawn(api_url: str, model: str, targets_dir: Path, log_file: Path, *, first_
 
 def launch(api_url: str, model: str, targets_dir: Path, log_file: Path, *args: str) -> subprocess.Popen:
     """The canary in a session of its own (args: more of its options), not waited for: a drill goes on
-    while it announces itself."""
+    while it announces itself. It ends with this process: `sandbox down` finds a canary by its target file,
+    which one whose drill was SIGKILLed in its first seconds had not written yet."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen([sys.executable, "-m", "sandbox.canary", "--api", api_url, "--model", model,
-                                 "--targets-dir", str(targets_dir), *args],
+                                 "--targets-dir", str(targets_dir), "--parent-pid", str(os.getpid()), *args],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 

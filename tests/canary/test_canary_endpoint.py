@@ -152,3 +152,36 @@ def test_a_canary_killed_after_its_grace_period_leaves_no_target_file(tmp_path):
         time.sleep(0.05)
     process.halt(proc, tmp_path, timeout_s=0.5)
     assert proc.returncode == -9 and not announced.exists()
+
+
+LAUNCHER = """
+import sys, time
+from pathlib import Path
+from sandbox.canary import process
+proc = process.launch(sys.argv[1], "m", Path(sys.argv[2]), Path(sys.argv[2]) / "canary.log", "--port", "19510",
+                      "--interval", "0.2")
+print(proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_launched_canary_ends_with_the_drill_that_launched_it_even_when_killed_outright(fake_api, tmp_path):
+    import os
+    import signal
+
+    from services.stack.state import pid_alive
+
+    drill = subprocess.Popen([sys.executable, "-c", LAUNCHER, fake_api, str(tmp_path)], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, text=True)
+    canary = int(drill.stdout.readline())
+    announced = target_file(tmp_path, canary)
+    deadline = time.monotonic() + 30
+    while not announced.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert announced.exists(), (tmp_path / "canary.log").read_text()
+    os.kill(drill.pid, signal.SIGKILL)  # no clean-up: the canary alone must notice
+    drill.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while pid_alive(canary) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(canary) and not announced.exists()  # gone, and its target file with it
