@@ -26,7 +26,9 @@ import yaml
 from sandbox.calibration.capacity import Calibration, CalibrationError
 from sandbox.calibration.sweep import SweepConfig
 from services.engine.config import EngineConfig
+from services.serve.admission import IngressSettings
 from services.serve.config import ReplicaKnobs, ServeAppConfig
+from services.stack.deploy_config import INGRESS
 from services.stack.settings import REPO_ROOT
 
 PROFILES_FILE = REPO_ROOT / "incidents" / "profiles.py"
@@ -102,8 +104,12 @@ def serve_digest(serve_config: Path) -> str:
             app["args"] = _without_defaults(args, {k: v for k, v in _defaults(ServeAppConfig).items()
                                                    if k != "engine"})
             for deployment in app.get("deployments", []):
-                if isinstance(deployment.get("user_config"), dict):  # the replicas' runtime knobs
-                    deployment["user_config"] = _without_defaults(deployment["user_config"], _defaults(ReplicaKnobs))
+                if isinstance(deployment.get("user_config"), dict):  # runtime settings: the replicas' knobs,
+                    # the ingress's admission limit; at their defaults (a limit set and lifted) they serve the same
+                    kind = IngressSettings if deployment.get("name") == INGRESS else ReplicaKnobs
+                    deployment["user_config"] = _without_defaults(deployment["user_config"], _defaults(kind))
+                    if not deployment["user_config"]:
+                        del deployment["user_config"]
         text = json.dumps(data, sort_keys=True, default=str)
     except (yaml.YAMLError, AttributeError, TypeError):
         pass  # not the config we write: its text is the key

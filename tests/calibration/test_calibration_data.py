@@ -177,6 +177,18 @@ def test_a_setting_deployed_back_to_its_default_is_the_config_that_left_it_out(t
     serve.write_text("applications:\n  - name: llm\n    args: {version: v1, engine: {max_num_seqs: 32}}\n"
                      "    deployments: [{name: LLMServer, user_config: {}}]\n")
     assert cache.serve_digest(serve) == knobs_back
+    # and the ingress's admission limit set and lifted (test_admission) is the shipped config, whose
+    # deployments name no runtime settings at all
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v1, engine: {max_num_seqs: 32}}\n"
+                     "    deployments: [{name: LLMServer}, {name: OpenAIIngress}]\n")
+    shipped = cache.serve_digest(serve)
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v1, engine: {max_num_seqs: 32}}\n"
+                     "    deployments: [{name: LLMServer, user_config: {max_num_seqs: null}},\n"
+                     "                  {name: OpenAIIngress, user_config: {max_inflight_requests: null}}]\n")
+    assert cache.serve_digest(serve) == shipped
+    serve.write_text("applications:\n  - name: llm\n    args: {version: v1, engine: {max_num_seqs: 32}}\n"
+                     "    deployments: [{name: LLMServer}, {name: OpenAIIngress, user_config: {max_inflight_requests: 4}}]\n")
+    assert cache.serve_digest(serve) != shipped
 
 
 def test_a_cached_calibration_is_found_by_its_key_and_only_by_it(tmp_path):

@@ -13,13 +13,17 @@ from services.stack.serve_control import ServeControl
 
 pytestmark = pytest.mark.stack
 
-DRIVER = """
-import os, sys
-import ray
+GCS_CALLER = """
+import sys
 from ray._private import ray_constants
 ray_constants.ENABLE_RAY_CLUSTER = False  # a loopback head (faults/base.py: _stay_on_loopback)
-ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
-print("nodes", len(ray.nodes()))
+from ray._raylet import GcsClient
+try:
+    nodes = GcsClient(address=sys.argv[1]).get_all_node_info(timeout=10)
+except Exception as e:
+    print("refused", type(e).__name__, e)
+    sys.exit(1)
+print("nodes", len(nodes))
 """
 
 
@@ -63,15 +67,20 @@ def test_serves_rest_api_refuses_a_deploy_without_the_token(stack):
         .application(stack.state.app_name)["status"] == "RUNNING"  # nothing was deleted
 
 
-def _driver(stack, tmp_path, **auth) -> subprocess.CompletedProcess:
+def _gcs_caller(stack, tmp_path, **auth) -> subprocess.CompletedProcess:
+    """A process of its own asks the GCS for the cluster's nodes (what `ray.init` and every Ray tool ask first)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env |= {"HOME": str(tmp_path), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **auth}  # no ~/.ray/auth_token either
-    return subprocess.run([sys.executable, "-c", DRIVER, stack.state.ray_address], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-c", GCS_CALLER, stack.state.ray_address], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
 
 
-def test_a_ray_driver_without_the_token_is_refused(stack, tmp_path):
-    # one with it joins in every test that injects a fault through the runtime actor (FaultContext.connect_ray)
-    none = _driver(stack, tmp_path)
-    assert none.returncode != 0 and "nodes" not in none.stdout
-    assert "auth" in none.stderr.lower(), none.stderr[-2000:]  # refused for want of the token, not a network fault
+def test_the_gcs_refuses_a_caller_without_the_token_or_with_a_wrong_one(stack, tmp_path):
+    none = _gcs_caller(stack, tmp_path)
+    assert none.returncode == 1 and "refused AuthenticationError" in none.stdout, none.stdout + none.stderr[-2000:]
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("0" * 64)
+    guessed = _gcs_caller(stack, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(wrong))
+    assert guessed.returncode == 1 and "refused AuthenticationError" in guessed.stdout
+    right = _gcs_caller(stack, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=stack.refresh().ray_token_file)
+    assert right.returncode == 0 and right.stdout.strip() == "nodes 1", right.stdout + right.stderr[-2000:]
