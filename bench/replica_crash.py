@@ -7,7 +7,8 @@ completions back to back. After a warm-up, one LLMServer replica's process is SI
 OOM killer sends too: Serve sees the same dead actor), and the bench watches Serve's REST API until a new
 replica runs in its place and the clients' requests succeed again. Between kills it waits until the fleet
 is whole. It prints one JSON object: per kill, seconds until Serve lists a replacement RUNNING, seconds until
-the first and until the last failing request after the kill, and the failures by kind; in sum, every
+the first and until the last failing request after the kill (counting the requests in flight when it
+died: those end after it), and the failures by kind; in sum, every
 request's outcome and the longest any request took, against its timeout (a request that outlives its
 timeout is a hang; the issue's bar is none). Not a test: tests/serving/test_recovery.py keeps one kill.
 """
@@ -74,9 +75,10 @@ class Clients:
             t.join(max(0.0, deadline - time.monotonic()))
         return sum(t.is_alive() for t in self._threads)
 
-    def since(self, t: float) -> list[tuple[float, float, str]]:
+    def ended_since(self, t: float) -> list[tuple[float, float, str]]:
+        """Outcomes that ended at `t` or later: the requests in flight when a replica died are among them."""
         with self._lock:
-            return [o for o in self.outcomes if o[0] >= t]
+            return [o for o in self.outcomes if o[0] + o[1] >= t]
 
 
 def replicas(ctl: ServeControl, state: StackState) -> list[dict]:
@@ -95,11 +97,12 @@ def one_kill(ctl: ServeControl, state: StackState, clients: Clients, want: int, 
         if replaced is not None and time.monotonic() - killed > replaced + settle_s:
             break
         time.sleep(0.5)
-    after = clients.since(killed)
+    after = [o for o in clients.ended_since(killed) if o[0] + o[1] <= time.monotonic()]
     failed = [o for o in after if o[2] != "ok"]
     return {"victim": victim["replica_id"], "replaced_s": None if replaced is None else round(replaced, 1),
             "requests": len(after), "failed": len(failed),
-            "first_failure_s": round(failed[0][0] - killed, 1) if failed else None,
+            "in_flight_at_kill": sum(o[0] < killed for o in after),
+            "first_failure_s": round(min(o[0] + o[1] for o in failed) - killed, 1) if failed else None,
             "last_failure_s": round(max(o[0] + o[1] for o in failed) - killed, 1) if failed else None,
             "failures": dict(Counter(o[2] for o in failed))}
 
@@ -127,6 +130,7 @@ def main() -> int:
     longest = max((o[1] for o in outcomes), default=0.0)
     print(json.dumps({"clients": args.clients, "timeout_s": args.timeout, "kills": kills,
                       "requests": len(outcomes), "ok": sum(o[2] == "ok" for o in outcomes),
+                      "failures": dict(Counter(o[2] for o in outcomes if o[2] != "ok")),
                       "longest_request_s": round(longest, 2),
                       "over_timeout": sum(o[1] > args.timeout + 1 for o in outcomes),
                       "hung_at_end": hung_threads}, indent=2))
