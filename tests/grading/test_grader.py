@@ -125,10 +125,9 @@ def test_a_replay_answers_its_first_query_within_5_seconds(tmp_path):
     assert json.loads(result.stdout.strip().splitlines()[-1])["ready_s"] <= 5.0
 
 
-def test_a_replay_ended_by_sigterm_leaves_no_prometheus_no_marker_and_a_free_port(tmp_path):
-    from services.stack.ports import listening_ports
-
-    run, home, port = RUNS[0], tmp_path / "home", 19491
+def _replay_ended_by(signum: int, tmp_path: Path, port: int) -> tuple[dict, dict]:
+    """A replay of the first fixture on `port`, sent `signum` once it serves: (its marker, the env it ran with)."""
+    run, home = RUNS[0], tmp_path / "home"
     archive = tmp_path / "case.tar.gz"
     pack(run, key_of(run), archive)
     env = {**os.environ, "SANDBOX_HOME": str(home), "SANDBOX_PROMETHEUS_PORT": str(port)}
@@ -139,16 +138,22 @@ def test_a_replay_ended_by_sigterm_leaves_no_prometheus_no_marker_and_a_free_por
         while not (home / "replay.json").is_file():
             assert replay.poll() is None and time.monotonic() < deadline, replay.stderr.read().decode()[-2000:]
             time.sleep(0.1)
-        served = json.loads((home / "replay.json").read_text())["run_dir"]
-        assert port in listening_ports()
-        os.kill(replay.pid, signal.SIGTERM)
+        marker = json.loads((home / "replay.json").read_text())
+        os.kill(replay.pid, signum)
         replay.wait(timeout=30)
     finally:
         if replay.poll() is None:
             os.killpg(replay.pid, signal.SIGKILL)
-    assert not (home / "replay.json").exists()
-    assert port not in listening_ports()
-    left = [p for p in Path("/proc").glob("[0-9]*") if served in _cmdline(p)]
+    return marker, env
+
+
+def test_a_replay_ended_by_sigterm_leaves_no_prometheus_no_marker_and_a_free_port(tmp_path):
+    from services.stack.ports import listening_ports
+
+    marker, _ = _replay_ended_by(signal.SIGTERM, tmp_path, 19491)
+    assert not (tmp_path / "home" / "replay.json").exists()
+    assert 19491 not in listening_ports()
+    left = [p for p in Path("/proc").glob("[0-9]*") if marker["run_dir"] in _cmdline(p)]
     assert left == []
 
 
@@ -174,27 +179,12 @@ def test_grading_a_recording_writes_the_debrief_beside_it(tmp_path):
 def test_a_replay_killed_outright_is_cleaned_up_by_sandbox_down(tmp_path):
     from services.stack.ports import listening_ports
 
-    run, home, port = RUNS[0], tmp_path / "home", 19492
-    archive = tmp_path / "case.tar.gz"
-    pack(run, key_of(run), archive)
-    env = {**os.environ, "SANDBOX_HOME": str(home), "SANDBOX_PROMETHEUS_PORT": str(port)}
-    replay = subprocess.Popen([sys.executable, "-m", "sandbox.cli", "replay", str(archive)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not (home / "replay.json").is_file():
-            assert replay.poll() is None and time.monotonic() < deadline, replay.stderr.read().decode()[-2000:]
-            time.sleep(0.1)
-        marker = json.loads((home / "replay.json").read_text())
-        os.kill(replay.pid, signal.SIGKILL)  # no clean-up at all: its Prometheus, in a session of its own, stays
-        replay.wait(timeout=30)
-    finally:
-        if replay.poll() is None:
-            os.killpg(replay.pid, signal.SIGKILL)
-    assert port in listening_ports() and Path(marker["scratch"]).is_dir()
+    # no clean-up at all: its Prometheus, in a session of its own, stays
+    marker, env = _replay_ended_by(signal.SIGKILL, tmp_path, 19492)
+    assert 19492 in listening_ports() and Path(marker["scratch"]).is_dir()
     down = subprocess.run([sys.executable, "-m", "sandbox.cli", "down", "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert down.returncode == 0, down.stderr
     assert f"a killed replay's Prometheus (pid {marker['prometheus_pid']})" in json.loads(down.stdout)["stopped"]
-    assert port not in listening_ports() and not (home / "replay.json").exists()
+    assert 19492 not in listening_ports() and not (tmp_path / "home" / "replay.json").exists()
     assert not Path(marker["scratch"]).exists()
