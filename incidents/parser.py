@@ -195,7 +195,7 @@ def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator
             r.error(path, f"variant key {key!r} is not kebab-case (a-z, 0-9, single dashes)")
         v = r.mapping(value, path, required=("signature", "answer"),
                       optional=("weight", "faults", "traffic", "node"))
-        weight = r.number(v, path, "weight", positive=True, default=1.0)
+        weight = r.number(v, path, "weight", default=1.0)  # 0: run by name only, never drawn
         node = r.choice(v["node"], path + ("node",), NODES, "node") if v is not None and "node" in v else None
         faults = r.sequence(v, path, "faults") or []
         for i, spec in enumerate(faults):
@@ -220,6 +220,8 @@ def _variants(r: Reader, top: dict | None, signals: dict | None, fault_validator
         signature = _signature(r, v, path, signals)
         answer = _answer(r, v, path, signals, signature, faults)
         variants[key] = Variant(key, weight, tuple(faults), traffic, signature, answer, node)
+    if variants and not any(v.weight for v in variants.values()):
+        r.error(("variants",), "every variant has weight 0: at least one must be drawn (weight > 0)")
     return variants
 
 

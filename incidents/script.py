@@ -130,12 +130,17 @@ class AnswerKey:
 @dataclass(frozen=True)
 class Variant:
     key: str
-    weight: float
+    weight: float  # of the seeded choice among the incident's variants; 0: never drawn, run by name only
     faults: tuple[dict[str, Any], ...]
     traffic: TrafficChange | None
     signature: dict[str, str]  # signal name -> up | down | flat, versus baseline
     answer: AnswerKey
     node: str | None = None  # "container": one replica runs on a Ray worker node in a Docker container
+
+    @property
+    def drawn(self) -> bool:
+        """Whether a seeded choice can draw it (`--variant` runs any)."""
+        return self.weight > 0
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def _runnable_variant(inc, variant: str, seed: int) -> str:
     problem = unrunnable(inc.variants[variant])
     if problem is None:
         return variant
-    others = [name for name, v in inc.variants.items() if unrunnable(v) is None]
+    others = [name for name, v in inc.variants.items() if v.drawn and unrunnable(v) is None]
     if not others:
         fail(f"every variant of {inc.id} needs a container node: {problem}", code=2)
     err_console.print(f"note: skipping a variant that needs a container node ({problem})")

@@ -1,7 +1,8 @@
 """The root causes behind each alert that pages: a page must leave several causes open (issue 18).
 
 A candidate who knows the catalogue (it is public) reads the answer off a page with one cause behind it.
-Every paging alert has at least three. This test holds each alert at what it
+Every paging alert has at least three among the variants a random drill can draw (a variant of weight 0 runs
+by name only, so it opens no hypothesis a drawn page must leave). This test holds each alert at what it
 has, so an edit that drops a cause fails here, and the exceptions can only shrink.
 """
 from __future__ import annotations
@@ -31,7 +32,8 @@ def causes_by_alert() -> dict[str, set[str]]:
         if incident.page.alert is None:  # the control drill: its report is no page
             continue
         for variant in incident.variants.values():
-            causes[incident.page.alert].add(variant.answer.root_cause)
+            if variant.drawn:
+                causes[incident.page.alert].add(variant.answer.root_cause)
     return dict(causes)
 
 
@@ -44,9 +46,10 @@ def test_the_short_list_names_only_alerts_still_short(causes_by_alert):
     assert {a: len(causes_by_alert[a]) for a in SHORT} == SHORT
 
 
-def test_the_time_between_tokens_page_has_two_speculation_causes_and_two_of_cpu(causes_by_alert):
-    assert causes_by_alert["InterTokenLatencyHigh"] == {"draft-model-mismatch", "speculation-too-deep",
-                                                        "thread-oversubscription", "cpu-limit-too-low"}
+def test_the_time_between_tokens_page_has_a_speculation_cause_and_two_of_cpu(causes_by_alert):
+    # the draft mismatch runs by name only: on a 2-core CPU it cannot move the median enough to page
+    assert causes_by_alert["InterTokenLatencyHigh"] == {"speculation-too-deep", "thread-oversubscription",
+                                                        "cpu-limit-too-low"}
 
 
 def test_the_accuracy_page_has_two_quantization_causes_and_a_stop_token(causes_by_alert):

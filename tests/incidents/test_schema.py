@@ -156,7 +156,7 @@ def test_id_must_equal_the_file_stem(refused):
 
 
 @pytest.mark.parametrize(("old", "new", "field", "message"), [
-    ("weight: 2", "weight: 0", "variants.prefix-off.weight", "must be > 0, got 0"),
+    ("weight: 2", "weight: -1", "variants.prefix-off.weight", "must be >= 0, got -1"),
     ("profile: shared-prefix", "profile: shared-prefx", "traffic.profile", "unknown traffic profile 'shared-prefx'"),
     ("alert: TimeToFirstTokenHigh", "alert: Time To First", "page.alert", "'Time To First' is not an identifier"),
     ("{at_s: 150, duration_s: 60", "{at_s: 280, duration_s: 60", "traffic.peaks[0]",
@@ -245,6 +245,20 @@ def test_choose_variant_covers_every_variant_by_weight(write):
     keys = [choose_variant(incident, seed).key for seed in range(300)]
     assert set(keys) == {"prefix-off", "prompts-grew"}
     assert 0.55 < keys.count("prefix-off") / len(keys) < 0.78  # weights 2 : 1
+
+
+def test_a_variant_of_weight_zero_is_never_drawn_but_loads_for_a_run_by_name(write):
+    incident = load_incident(write(edit(VALID, "weight: 2", "weight: 0")), fault_validator=fake_faults)
+    assert incident.variants["prefix-off"].weight == 0 and not incident.variants["prefix-off"].drawn
+    assert {choose_variant(incident, seed).key for seed in range(300)} == {"prompts-grew"}
+
+
+def test_an_incident_whose_every_variant_has_weight_zero_is_refused(write):
+    text = edit(edit(VALID, "weight: 2", "weight: 0"), "weight: 1", "weight: 0")
+    with pytest.raises(IncidentError) as error:
+        load_incident(write(text), fault_validator=fake_faults)
+    assert problem(error.value, "variants").message == \
+        "every variant has weight 0: at least one must be drawn (weight > 0)"
 
 
 def test_fault_errors_carrying_a_field_attribute_point_at_that_field(write):
