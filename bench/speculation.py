@@ -29,13 +29,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+import torch
+from safetensors.torch import load_file, save_file
 
-from incidents.profiles import PROFILES  # noqa: E402
-from services.engine.llm import LLM  # noqa: E402
-from services.engine.sampling_params import SamplingParams  # noqa: E402
-from services.model.paths import WEIGHTS_DIR  # noqa: E402
+from incidents.profiles import PROFILES
+from services.engine.llm import LLM
+from services.engine.sampling_params import SamplingParams
+from services.model.paths import WEIGHTS_DIR
 
 
 def unrelated_draft(into: Path) -> Path:
@@ -52,7 +52,7 @@ def unrelated_draft(into: Path) -> Path:
 
 
 def measure(draft: Path | None, k: int, prompts: list[str], params: list[SamplingParams]) -> dict:
-    spec = dict(speculative_model=str(draft), num_speculative_tokens=k) if draft else {}
+    spec = {"speculative_model": str(draft), "num_speculative_tokens": k} if draft else {}
     llm = LLM(str(WEIGHTS_DIR / "target"), torch_threads=1, **spec)
     llm.generate(prompts[:2], params[:2])  # warm-up
     before = dataclasses.replace(llm.llm_engine.stats)
