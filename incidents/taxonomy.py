@@ -96,6 +96,7 @@ REMEDIATIONS: tuple[Term, ...] = (
     Term("no-action", "Change nothing."),
     # added after the brief's list, for a cause added after it
     Term("raise-cpu-limit", "Raise the replicas' CPU limit (their cgroup CPU quota)."),
+    Term("shed-load", "Admit fewer requests at once at the ingress; the others are refused (429) at once."),
 )
 
 # Where a diagnosis locates its cause: a closed list, so a candidate can know the words the key uses.

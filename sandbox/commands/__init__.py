@@ -8,8 +8,9 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from sandbox.commands import calibrate, deploy, diagnose, drill, interview, query, replay, stack, traffic
+    from sandbox.commands import calibrate, deploy, diagnose, drill, interview, mitigate, query, replay, stack, \
+        traffic
 
-    for module in (stack, traffic, calibrate, query, deploy, drill, interview, diagnose, replay):
+    for module in (stack, traffic, calibrate, query, deploy, mitigate, drill, interview, diagnose, replay):
         module.register(app)
     diagnose.register_grade(app)

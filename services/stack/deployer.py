@@ -55,9 +55,19 @@ def deploy_changes(cfg: SandboxConfig, state: StackState, assignments: list[str]
     then failed health checks (Serve: DEPLOY_FAILED, still retrying them) counts as landed, with
     `"healthy": False` in the report; a config that never ran a replica still raises. `on_poll` is
     called at every check while it waits (a rollout under load can take a minute or more)."""
-    steps = steps or Steps()
     current = DeployConfig.load(Path(state.deployed_config))
     new = current.with_overrides(assignments, version)
+    return deploy_config(cfg, state, new, timeout_s, steps, tolerate_failing, on_poll,
+                         what=", ".join(assignments) or "version only")
+
+
+def deploy_config(cfg: SandboxConfig, state: StackState, new: DeployConfig, timeout_s: float,
+                  steps: Steps | None = None, tolerate_failing: bool = False,
+                  on_poll: Callable[[], None] | None = None, what: str = "") -> dict:
+    """Deploy the whole config `new` (a change of its application args rolls out a new version; the rest is
+    applied in place) and wait until it landed; `deploy_changes` says the rest."""
+    steps = steps or Steps()
+    current = DeployConfig.load(Path(state.deployed_config))
     if state.ray_started:
         new.check_engine()
     rolling = not _same(new.args, current.args)
@@ -77,8 +87,8 @@ def deploy_changes(cfg: SandboxConfig, state: StackState, assignments: list[str]
 
     healthy = True
     try:
-        what = f"rolling update to {new.version}" if rolling else "applying in place"
-        with steps.step(f"{what}: {', '.join(assignments) or 'version only'}"):
+        kind = f"rolling update to {new.version}" if rolling else "applying in place"
+        with steps.step(f"{kind}: {what or new.version}"):
             current_detail = ctl.application(new.app_name) or {}
             before = {r.get("replica_id") for r in
                       ((current_detail.get("deployments") or {}).get(SERVER) or {}).get("replicas") or []}

@@ -24,7 +24,7 @@ BRIEF_REMEDIATIONS = [
     "rollback-deploy", "enable-prefix-caching", "raise-prefill-budget", "lower-memory-utilization",
     "lower-max-num-seqs", "restart-replica", "drain-replica", "enable-batch-invariance", "honor-seed",
     "requantize-finer", "raise-kv-cache", "scale-out", "no-action"]
-ADDED_REMEDIATIONS = ["raise-cpu-limit"]
+ADDED_REMEDIATIONS = ["raise-cpu-limit", "shed-load"]
 
 
 def test_ids_are_exactly_the_briefs_in_order_then_the_added_causes():

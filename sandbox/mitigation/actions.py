@@ -1,0 +1,193 @@
+"""One function per remediation of the taxonomy, each a real operation on the running stack.
+
+Every action checks its input against the stack first (`Refused`: a ValueError, nothing changed) and then acts:
+a rolling deploy (a rollback or a setting change, as `sandbox deploy` does), a replica's actor killed so that
+Serve replaces its process, one more replica, an admission limit at the ingress, or the replicas' CPU quota
+lifted. `mitigate` dispatches by id; each returns a report (a dict) of what it did.
+
+Not here yet: `drain-replica` (Serve has no per-replica drain to drive; a replica that fails its health
+checks once idle would be one), so it is refused as unavailable, naming `restart-replica`.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+from faults.base import FaultContext
+from sandbox.mitigation import history, settings
+from sandbox.mitigation.catalogue import ACTIONS, SETTING_CHANGES
+from services.serve.cgroup_cpu import cgroup_of, cpu_mount
+from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
+from services.stack.deployer import deploy_changes, deploy_config
+from services.stack.progress import Steps
+from services.stack.settings import SandboxConfig
+from services.stack.state import StackState
+
+
+class Refused(ValueError):
+    """Bad input for this action on this stack (an unknown replica, a version never deployed, nothing to
+    change): nothing was changed."""
+
+
+class NoRoom(RuntimeError):
+    """The machine cannot take what the action asks for (scale-out with every CPU given out)."""
+
+
+def check_options(action: str, replica: str | None = None, version: str | None = None,
+                  limit: int | None = None) -> None:
+    """`Refused` for an action that is not one, or options it does not take or lacks; nothing needs a stack."""
+    spec = ACTIONS.get(action)
+    if spec is None:
+        raise Refused(f"unknown action {action!r}; choose from {', '.join(ACTIONS)}")
+    for given, name, takes in ((replica, "--replica", spec.replica), (version, "--version", spec.version),
+                               (limit, "--limit", spec.limit)):
+        if given is not None and not takes:
+            raise Refused(f"{action} takes no {name}")
+    if spec.replica and not replica:
+        raise Refused(f"{action} needs --replica (the replica's id, as the metrics' `replica` label shows it)")
+    if limit is not None and limit < 1:
+        raise Refused(f"--limit must be a positive number of requests, got {limit}")
+    if action == "drain-replica":
+        raise Refused("drain-replica is not available yet: restart-replica replaces a replica's process")
+
+
+def mitigate(action: str, cfg: SandboxConfig, state: StackState, *, replica: str | None = None,
+             version: str | None = None, limit: int | None = None, steps: Steps | None = None,
+             timeout_s: float = 300.0) -> dict:
+    """Apply one action to the running stack and return its report; `Refused` before any change."""
+    check_options(action, replica, version, limit)
+    steps = steps or Steps()
+    started = time.time()
+    if action == "no-action":
+        report = {"changed": "nothing"}
+    elif action == "rollback-deploy":
+        report = rollback_deploy(cfg, state, version, steps, timeout_s)
+    elif action == "shed-load":
+        report = shed_load(cfg, state, limit, steps, timeout_s)
+    elif action in SETTING_CHANGES:
+        report = change_setting(action, cfg, state, steps, timeout_s)
+    else:
+        with FaultContext(cfg, state, timeout_s=timeout_s) as ctx:
+            if action == "restart-replica":
+                report = restart_replica(ctx, replica, steps, timeout_s)
+            elif action == "scale-out":
+                report = scale_out(ctx, steps, timeout_s)
+            else:
+                report = raise_cpu_limit(ctx)
+    return {"action": action, "started": round(started, 3), "seconds": round(time.time() - started, 2), **report}
+
+
+def _deployed(state: StackState) -> DeployConfig:
+    return DeployConfig.load(Path(state.deployed_config))
+
+
+def rollback_deploy(cfg, state, version: str | None, steps: Steps, timeout_s: float) -> dict:
+    """The application as the earlier version ran it (its engine settings and args, under its label); what
+    was set in place since (replicas, knobs, the admission limit) stays, as a rollback of an image would."""
+    current = _deployed(state)
+    try:
+        target = history.rollback_target(state.run_dir, current.version, version)
+    except ValueError as e:
+        raise Refused(str(e)) from None
+    new = current.copy()
+    new.app["args"] = copy.deepcopy(target.args)
+    new.validate()
+    report = deploy_config(cfg, state, new, timeout_s, steps, what=f"roll back to {target.version}")
+    return {"from_version": current.version, "version": report["version"], "rolling": report["rolling"]}
+
+
+def change_setting(action: str, cfg, state, steps: Steps, timeout_s: float) -> dict:
+    current = _deployed(state)
+    shipped = DeployConfig.load(cfg.serve_config)
+    label = history.fresh_version(state.run_dir, current.version)
+    try:
+        new, assignments = settings.change(action, current, shipped, label)
+    except ValueError as e:
+        raise Refused(str(e)) from None
+    report = deploy_config(cfg, state, new, timeout_s, steps, what=", ".join(assignments))
+    return {"from_version": current.version, "version": report["version"], "set": assignments}
+
+
+def shed_load(cfg, state, limit: int | None, steps: Steps, timeout_s: float) -> dict:
+    """The ingress admits at most `limit` requests at once (default: what the engines batch at once, so what
+    is admitted waits in no queue) and answers the rest with OpenAI's 429."""
+    current = _deployed(state)
+    if limit is None:
+        limit = current.replicas * int(settings.engine_setting(current, "max_num_seqs"))
+    before = (current.deployment(INGRESS).get("user_config") or {}).get("max_inflight_requests")
+    if before == limit:
+        raise Refused(f"shed-load: the ingress already admits at most {limit} requests at once")
+    deploy_changes(cfg, state, [f"ingress.max_inflight_requests={limit}"], None, timeout_s, steps)
+    return {"max_inflight_requests": limit, "before": before}
+
+
+def _replica_rows(ctx: FaultContext) -> list[dict]:
+    return [r for r in ctx.serve().replicas(ctx.state.app_name, SERVER) if r.get("state") == "RUNNING"]
+
+
+def restart_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: float) -> dict:
+    """Kill the replica's actor; Serve's controller starts a new one on the deployed config (without any
+    settings of its own, outside any CPU group it was moved to). Returns once the fleet is whole again."""
+    rows = _replica_rows(ctx)
+    row = next((r for r in rows if r.get("replica_id") == replica), None)
+    if row is None:
+        running = ", ".join(sorted(str(r.get("replica_id")) for r in rows)) or "none"
+        raise Refused(f"no running replica {replica!r} (running: {running})")
+    import ray
+
+    ctx.connect_ray()
+    want = len(rows)
+    with steps.step(f"restarting replica {replica}"):
+        ray.kill(ray.get_actor(row["actor_name"], namespace="serve"), no_restart=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ids = {r.get("replica_id") for r in _replica_rows(ctx)}
+            if replica not in ids and len(ids) >= want:
+                return {"replica": replica, "replaced_by": sorted(ids - {r.get("replica_id") for r in rows})}
+            time.sleep(0.5)
+    raise RuntimeError(f"replica {replica} was killed, but Serve had not replaced it after {timeout_s:.0f}s")
+
+
+def scale_out(ctx: FaultContext, steps: Steps, timeout_s: float) -> dict:
+    import ray
+
+    current = _deployed(ctx.state)
+    need = float((current.deployment(SERVER).get("ray_actor_options") or {}).get("num_cpus", 1))
+    ctx.connect_ray()
+    free = float(ray.available_resources().get("CPU", 0.0))
+    if free < need:
+        total = float(ray.cluster_resources().get("CPU", 0.0))
+        raise NoRoom(f"scale-out: no room for another replica: each needs {need:g} CPU and the cluster has "
+                     f"{free:g} of its {total:g} free (every CPU of this machine serves already)")
+    deploy_changes(ctx.cfg, ctx.state, [f"replicas={current.replicas + 1}"], None, timeout_s, steps)
+    return {"replicas": current.replicas + 1, "before": current.replicas}
+
+
+def raise_cpu_limit(ctx: FaultContext) -> dict:
+    """Each replica process's cgroup CPU quota set to none (what raising a pod's limit past its use does)."""
+    mount = cpu_mount()
+    lifted = []
+    for row in _replica_rows(ctx):
+        group = cgroup_of(int(row["pid"]), mount) if mount and row.get("pid") else None
+        if group is not None and _lift_quota(group, mount.version):
+            lifted.append(row["replica_id"])
+    if not lifted:
+        raise Refused("raise-cpu-limit: no replica runs under a CPU quota")
+    return {"replicas": sorted(lifted)}
+
+
+def _lift_quota(group: Path, cgroup_version: int) -> bool:
+    """True when `group` had a quota and has none now."""
+    try:
+        if cgroup_version == 2:
+            if (group / "cpu.max").read_text().split()[0] == "max":
+                return False
+            (group / "cpu.max").write_text("max")
+        else:
+            if int((group / "cpu.cfs_quota_us").read_text()) < 0:
+                return False
+            (group / "cpu.cfs_quota_us").write_text("-1")
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
