@@ -3,7 +3,6 @@ from __future__ import annotations
 
 # Lazy imports: each command imports its work when it runs, so `sandbox --help` and every command
 # start without loading what other commands need (the grader's plots, the engine, Ray's client).
-
 import typer
 
 from sandbox.commands.common import config, console, fail, print_json, running_state
@@ -25,7 +24,8 @@ def mitigate(
 ):
     """Apply one remediation to the running stack: a real operation (a rolling deploy, a replica replaced,
     an admission limit), refused with exit code 2 and nothing changed when it does not fit the stack."""
-    from sandbox.mitigation.actions import NoRoom, Refused, check_options, mitigate as apply
+    from sandbox.mitigation.actions import NoRoom, Refused, check_options
+    from sandbox.mitigation.actions import mitigate as apply
     from services.stack.progress import Steps
 
     try:  # before the stack is looked for: a bad action is refused the same with a stack or without

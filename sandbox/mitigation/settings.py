@@ -33,11 +33,12 @@ def change(action: str, deployed: DeployConfig, shipped: DeployConfig, version: 
         now, back = engine_setting(deployed, name), engine_setting(shipped, name)
         if now == back:
             continue
-        if spec.direction in ("up", "down") and None not in (now, back):
-            if (back > now) != (spec.direction == "up"):
-                word = "raise" if spec.direction == "up" else "lower"
-                raise ValueError(f"{action}: engine.{name} is {now}, past the shipped {back}; nothing to {word} "
-                                 "(`sandbox deploy --set` sets any value)")
+        wrong_way = spec.direction in ("up", "down") and None not in (now, back) \
+            and (back > now) != (spec.direction == "up")
+        if wrong_way:
+            word = "raise" if spec.direction == "up" else "lower"
+            raise ValueError(f"{action}: engine.{name} is {now}, past the shipped {back}; nothing to {word} "
+                             "(`sandbox deploy --set` sets any value)")
         moved[name] = back
     if not moved and spec.direction == "reset":
         return deployed.with_overrides([], version), [f"version={version}"]
