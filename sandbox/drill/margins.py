@@ -104,7 +104,7 @@ def margin_expr(alert: str, thresholds_at: float | None = None) -> str:
     return _THRESHOLD.sub(lambda m: f"{m.group(0)} @ {thresholds_at:.3f}", MARGINS[alert])
 
 
-def _margins(prom, alert: str, start: float, end: float, step_s: float,
+def margin_series(prom, alert: str, start: float, end: float, step_s: float,
              thresholds_at: float | None = None) -> dict[int, float]:
     """{step index from start: margin}; NaN (a quantile of no requests) and ±Inf are no reading."""
     if end < start:
@@ -122,7 +122,7 @@ def _margins(prom, alert: str, start: float, end: float, step_s: float,
 def page_margin(prom, alert: str, start: float, end: float, for_s: float, step_s: float = 1.0) -> float | None:
     """The largest margin held at every step of some [t - for_s, t] inside [start, end]: what the alert's
     `for:` asks of its condition. None when no stretch that long has a reading at every step."""
-    margins = _margins(prom, alert, start, end, step_s)
+    margins = margin_series(prom, alert, start, end, step_s)
     span = round(for_s / step_s)
     held = [min(margins[j] for j in range(i - span, i + 1)) for i in margins
             if all(j in margins for j in range(i - span, i + 1))]
@@ -131,5 +131,5 @@ def page_margin(prom, alert: str, start: float, end: float, for_s: float, step_s
 
 def baseline_margin(prom, alert: str, start: float, end: float, step_s: float = 1.0) -> float | None:
     """The highest margin in [start, end] over the thresholds in force at `end`; None when there is no reading."""
-    margins = _margins(prom, alert, start, end, step_s, thresholds_at=end)
+    margins = margin_series(prom, alert, start, end, step_s, thresholds_at=end)
     return max(margins.values()) if margins else None
