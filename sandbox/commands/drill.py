@@ -129,7 +129,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(summary)
         else:
-            console.print(f"drill {result.status}: run {result.run_id} ({result.run_dir})")
+            console.print(f"drill {result.status}: run {result.run_id} ({result.run_dir})" if result.run_id
+                          else f"drill {result.status} before its run began: nothing recorded")
         if result.status == "failed":
             raise typer.Exit(1)
         if result.status in ("interrupted", "forced"):

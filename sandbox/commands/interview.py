@@ -97,7 +97,8 @@ def register(app: typer.Typer) -> None:
             result = drill.run()
         except Exception as e:  # noqa: BLE001 - clean-up already ran; say what failed
             fail(f"interview failed: {e}")
-        console.print(f"interview {result.status}: run {result.run_id} ({result.run_dir})")
+        console.print(f"interview {result.status}: run {result.run_id} ({result.run_dir})" if result.run_id
+                      else f"interview {result.status} before its run began: nothing recorded")
         if result.status == "interrupted":
             raise typer.Exit(130)
 

@@ -46,7 +46,8 @@ def register(app: typer.Typer) -> None:
         inc, chosen = _pick(catalogue, incident, False, seed, variant)
         result = _run(inc, chosen, seed, duration, False, as_json, True)
         if result.status != "finished":
-            fail(f"the drill {result.status}; nothing recorded (run kept in {result.run_dir})")
+            kept = f"run kept in {result.run_dir}" if result.run_dir else "it ended before its run began"
+            fail(f"the drill {result.status}; nothing recorded ({kept})")
         cfg = config()
         try:
             key = pack(Path(result.run_dir), cfg.keys_dir / f"{result.run_id}.key", out)

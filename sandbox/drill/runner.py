@@ -112,7 +112,9 @@ class Drill:
                     self._forced(forced.left)
             for s, handler in previous.items():
                 signal.signal(s, handler)
-        return DrillResult(self.record.dir.name, str(self.record.dir), status, self.page, self.plan,
+        # a drill ended before its run began (a signal while the stack started) recorded nothing: no run to name
+        run_id, run_dir = (self.record.dir.name, str(self.record.dir)) if self.record else (None, None)
+        return DrillResult(run_id, run_dir, status, self.page, self.plan,
                            self.traffic.stats.summary() if self.traffic else {}, error, checks)
 
     # -- start ---------------------------------------------------------------------

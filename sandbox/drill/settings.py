@@ -8,8 +8,8 @@ from sandbox.drill.plan import DrillPlan
 
 @dataclass
 class DrillResult:
-    run_id: str
-    run_dir: str
+    run_id: str | None  # None: the drill ended before its run began, and nothing was recorded
+    run_dir: str | None
     status: str  # "finished" | "ended" (Ctrl-C after the page, open-ended) | "interrupted" | "failed"
     page: dict | None
     plan: DrillPlan
