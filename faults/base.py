@@ -204,6 +204,12 @@ class Fault:
     def location(self) -> Location:
         return self._location
 
+    def in_place(self, ctx: FaultContext) -> str | None:
+        """Why this fault's mechanism is still in the stack, read from the stack as it is now (the serving
+        config, a replica's process), not from what inject recorded: a mitigation's invariant
+        (sandbox/mitigation/oracle.py). None where it is gone, or where nothing can be read for this type."""
+        return None
+
     def undo_record(self) -> dict | None:
         """What `restore` needs (JSON) to undo this fault's changes from another process, when its own process
         was killed before the revert; None when stopping the stack undoes them (they live in its processes)."""

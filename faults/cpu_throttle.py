@@ -238,11 +238,48 @@ class CpuThrottle(Fault):
                         + (f" and moved pid {held.process.pid} back to {held.origin}" if moved else ""))
         return done
 
+    def in_place(self, ctx: FaultContext) -> str | None:
+        """In place while some running replica's process sits under one of our CPU quotas."""
+        for replica in list_replicas(ctx):
+            held = quota_of(replica.pid)
+            if held is not None:
+                return f"replica {replica.replica_id} runs under a CPU quota of {held[1]:.2g} CPU"
+        return None
+
     def _revert(self, ctx: FaultContext) -> None:
         while self._held:
             held = self._held.pop()
             _release(held)
             ctx.log(f"cpu-throttle (revert): pid {held.process.pid} back in {held.origin}")
+
+
+def quota_of(pid: int) -> tuple[Path, float] | None:
+    """(group, CPUs) where `pid` sits in a CPU quota group of this sandbox's (a `sandbox-<n>` group, what a pod's
+    limit is here) with a quota set; None otherwise. Read from the cgroup files, as any process here can."""
+    for mount in cpu_mounts():
+        group = cgroup_of(pid, mount)
+        if group is None or not group.name.startswith("sandbox-"):
+            continue
+        try:
+            if mount.version == 2:
+                quota, period = (group / "cpu.max").read_text().split()[:2]
+                if quota != "max":
+                    return group, int(quota) / int(period)
+            else:
+                quota = int((group / "cpu.cfs_quota_us").read_text())
+                if quota >= 0:
+                    return group, quota / int((group / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def lift_quota(group: Path) -> None:
+    """No quota for `group` (v1 or v2: whichever file it has), as raising a limit past any use does."""
+    if (group / "cpu.max").exists():
+        _write(group / "cpu.max", "max")
+    else:
+        _write(group / "cpu.cfs_quota_us", "-1")
 
 
 def _release(held: _Held) -> None:

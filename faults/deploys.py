@@ -88,6 +88,14 @@ class Deploy(Fault):
             raise InvalidFault("set", str(e)) from None
         self._location = Location(version=report["version"], component=self.component)
 
+    def in_place(self, ctx: FaultContext) -> str | None:
+        """In place while the serving config has every setting this deploy set (one of them put back breaks the
+        mechanism: int4 weights quantized per channel are not the coarse ones)."""
+        serving = DeployConfig.load(Path(ctx.state.deployed_config))
+        if all(_current_value(serving, key) == value for key, value in self.set.items()):
+            return f"the serving version {serving.version} runs {', '.join(self.assignments())}"
+        return None
+
     def _revert(self, ctx: FaultContext) -> None:
         if self._previous is None:
             return

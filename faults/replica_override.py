@@ -71,6 +71,19 @@ class ReplicaOverride(Fault):
         if now.get(target.replica_id) != target.pid:
             raise InjectionFailed(f"replica-override: replica {target.replica_id} was restarted while rebuilding")
 
+    def in_place(self, ctx: FaultContext) -> str | None:
+        """In place while a running replica has settings of its own in the runtime (and applied them): a replica
+        that Serve replaced comes back under a new id, with none."""
+        import ray
+
+        runtime = ctx.runtime()
+        for replica in list_replicas(ctx):
+            status = ray.get(runtime.status.remote(replica.replica_id))
+            if status["settings"] and status["applied"] >= status["generation"] and not status["error"]:
+                return (f"replica {replica.replica_id} runs with settings of its own "
+                        f"({', '.join(sorted(status['settings']))})")
+        return None
+
     def _revert(self, ctx: FaultContext) -> None:
         import ray
 

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from faults.base import FaultContext
+from faults.cpu_throttle import lift_quota, quota_of
 from sandbox.mitigation import history, settings
 from sandbox.mitigation.catalogue import ACTIONS, SETTING_CHANGES
-from services.serve.cgroup_cpu import cgroup_of, cpu_mount
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
 from services.stack.deployer import deploy_changes, deploy_config
 from services.stack.progress import Steps
@@ -165,29 +165,13 @@ def scale_out(ctx: FaultContext, steps: Steps, timeout_s: float) -> dict:
 
 
 def raise_cpu_limit(ctx: FaultContext) -> dict:
-    """Each replica process's cgroup CPU quota set to none (what raising a pod's limit past its use does)."""
-    mount = cpu_mount()
+    """Each replica process's CPU quota lifted (what raising a pod's limit past its use does)."""
     lifted = []
     for row in _replica_rows(ctx):
-        group = cgroup_of(int(row["pid"]), mount) if mount and row.get("pid") else None
-        if group is not None and _lift_quota(group, mount.version):
+        held = quota_of(int(row["pid"])) if row.get("pid") else None
+        if held is not None:
+            lift_quota(held[0])
             lifted.append(row["replica_id"])
     if not lifted:
         raise Refused("raise-cpu-limit: no replica runs under a CPU quota")
     return {"replicas": sorted(lifted)}
-
-
-def _lift_quota(group: Path, cgroup_version: int) -> bool:
-    """True when `group` had a quota and has none now."""
-    try:
-        if cgroup_version == 2:
-            if (group / "cpu.max").read_text().split()[0] == "max":
-                return False
-            (group / "cpu.max").write_text("max")
-        else:
-            if int((group / "cpu.cfs_quota_us").read_text()) < 0:
-                return False
-            (group / "cpu.cfs_quota_us").write_text("-1")
-    except (OSError, ValueError, IndexError):
-        return False
-    return True

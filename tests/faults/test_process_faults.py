@@ -218,3 +218,21 @@ def test_cpu_throttle_takes_its_fraction_of_the_replicas_fair_share_not_of_one_c
         assert quota == 10_000  # 0.2 of half a CPU, per 100 ms period
     finally:
         fault.revert(ctx)
+
+
+@needs_cgroup
+def test_cpu_throttle_is_in_place_while_the_quota_holds_and_gone_once_it_is_lifted(ctx, child):
+    from faults.cpu_throttle import lift_quota, quota_of
+
+    fault = build({"type": "cpu-throttle", "replica": 0, "cpu_fraction": 0.2})
+    assert fault.in_place(ctx) is None and quota_of(child.pid) is None
+    fault.inject(ctx)
+    try:
+        group, cpus = quota_of(child.pid)
+        assert fault.in_place(ctx) == f"replica replica-under-test runs under a CPU quota of {cpus:.2g} CPU"
+        lift_quota(group)  # what `sandbox mitigate raise-cpu-limit` does to each replica's group
+        assert quota_of(child.pid) is None and fault.in_place(ctx) is None
+        assert cpu_share(child.pid, 1.0) > 1.3 * cpus  # no longer held to it
+    finally:
+        fault.revert(ctx)
+    assert quota_of(child.pid) is None
