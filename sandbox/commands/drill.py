@@ -313,4 +313,4 @@ def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardo
 
 def _summary(result) -> dict:
     return {"run_id": result.run_id, "run_dir": result.run_dir, "status": result.status,
-            "page": result.page, "traffic": result.stats}
+            "page": result.page, "traffic": result.stats, "mitigation": result.mitigation}

@@ -43,12 +43,25 @@ def mitigate(
         fail(str(e))
     except (RuntimeError, ValueError, OSError) as e:
         fail(f"{action}: {e}")
+    _tell_the_drill(cfg, report, replica, version)
     if as_json:
         print_json(report)
     else:
         done = {k: v for k, v in report.items() if k not in ("action", "started", "seconds")}
         console.print(f"[bold green]{action}[/bold green] ({report['seconds']}s): "
                       + ", ".join(f"{k} {v}" for k, v in done.items()))
+
+
+def _tell_the_drill(cfg, report: dict, replica: str | None, version: str | None) -> None:
+    """A drill running on this stack records the action, and its oracle judges what it did."""
+    from pathlib import Path
+
+    from sandbox.drill.record import RunRecord, running_drill
+    from sandbox.mitigation.watch import record_action
+
+    info = running_drill(cfg.home)
+    if info is not None:
+        record_action(RunRecord.open(Path(info["run_dir"]), cfg.keys_dir), report, replica, version)
 
 
 def register(app: typer.Typer) -> None:

@@ -37,6 +37,8 @@ from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, write_atomic
 from sandbox.drill.settings import DrillResult, DrillSettings
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.drill.verify import family
+from sandbox.mitigation.oracle import RecoveryOracle
+from sandbox.mitigation.watch import MitigationWatch
 from sandbox.traffic.exporter import TrafficExporter
 from services.stack.alerts import active_alerts, longest_window_s
 from services.stack.container_node import unrunnable
@@ -69,6 +71,7 @@ class Drill:
         self.injected: dict[str, list] = {"setup": [], "timeline": []}
         self.fault_log: list[dict] = []
         self.pager: Pager | None = None
+        self.mitigation: MitigationWatch | None = None  # the candidate's actions (`sandbox mitigate`) and verdicts
         self._ending: tuple[str, str | None] = ("failed", None)  # how the drill ended: (status, error)
         self.record: RunRecord | None = None
         self.state: StackState | None = None
@@ -115,7 +118,8 @@ class Drill:
         # a drill ended before its run began (a signal while the stack started) recorded nothing: no run to name
         run_id, run_dir = (self.record.dir.name, str(self.record.dir)) if self.record else (None, None)
         return DrillResult(run_id, run_dir, status, self.page, self.plan,
-                           self.traffic.stats.summary() if self.traffic else {}, error, checks)
+                           self.traffic.stats.summary() if self.traffic else {}, error, checks,
+                           self.mitigation_summary)
 
     # -- start ---------------------------------------------------------------------
     def _start(self) -> None:
@@ -131,6 +135,7 @@ class Drill:
             "seed": self.seed, "status": "running", "started": time.time(),
             "api_url": self.state.api_url, "prometheus_url": self.state.prometheus_url, "page": None})
         self.closers.push("the record", self._finish_record)
+        self.mitigation = MitigationWatch(self.record, self._oracle)
         self._seal()
         # Which drill is running, for `sandbox diagnose` and `sandbox ask` from another terminal.
         marker = self.cfg.home / DRILL_FILE
@@ -289,6 +294,7 @@ class Drill:
                 event, faults = pending.pop(0)
                 self._inject(event, faults)
             self.pager.poll(self.traffic.elapsed())
+            self.mitigation.poll(self.page)
             if self.traffic.error is not None:
                 raise RuntimeError(f"the traffic generator failed: {self.traffic.error!r}")
             if t >= self.end_s:
@@ -351,6 +357,23 @@ class Drill:
         if self.on_page:
             self.on_page(page)
 
+    def _oracle(self, page: dict) -> RecoveryOracle | None:
+        if page.get("alert") is None:  # the control's report: there is nothing to recover from
+            return None
+        return RecoveryOracle(self.prom, page["alert"], page["paged_at"], invariant=self._cause_in_place)
+
+    def _cause_in_place(self) -> str | None:
+        """Why the injected mechanism is still in the stack, as the stack shows it now; None once it is gone."""
+        self.ctx.state = StackState.load(self.cfg.state_file)
+        for fault in self.injected["timeline"]:
+            try:
+                still = fault.in_place(self.ctx)
+            except Exception as e:  # noqa: BLE001 - unreadable is not gone: no recovery is claimed on it
+                still = f"could not be read ({type(e).__name__}: {e})"
+            if still:
+                return still
+        return None
+
     # -- the end -----------------------------------------------------------------
     def _teardown(self, status: str, error: str | None) -> None:
         if self.record is not None:  # the incident ends here: what follows is the clean-up
@@ -386,7 +409,7 @@ class Drill:
         self._seal(status=status)
         self.record.event("drill ended", self.traffic.elapsed() if self.traffic else None, status=status)
         self.record.update_public(status=status, ended=time.time(), error=error if status == "failed" else None,
-                                  incident=self.incident.id)
+                                  incident=self.incident.id, mitigation=self.mitigation_summary)
         return problems
 
     def _stop_stack(self) -> list[str]:
@@ -405,6 +428,10 @@ class Drill:
         return []
 
     @property
+    def mitigation_summary(self) -> dict | None:
+        return self.mitigation.summary(self.page) if self.mitigation else None
+
+    @property
     def page(self) -> dict | None:
         return self.pager.page if self.pager else None
 
@@ -418,4 +445,5 @@ class Drill:
                           "faults": self.fault_log, "timeline_end_s": round(self.end_s, 1),
                           "early_alerts": self.pager.early_alerts if self.pager else [],
                           "page": self.page, "traffic_started": self.t0_wall,
-                          "stack_run_dir": self.state.run_dir if self.state else None})
+                          "stack_run_dir": self.state.run_dir if self.state else None,
+                          "mitigation": self.mitigation.summary(self.page, sealed=True) if self.mitigation else None})

@@ -16,6 +16,7 @@ class DrillResult:
     stats: dict = field(default_factory=dict)
     error: str | None = None
     checks: dict | None = None  # filled by `verify` (before_teardown)
+    mitigation: dict | None = None  # the candidate's actions and the recovery oracle's verdict (sandbox/mitigation)
 
 
 MODES = ("drill", "interview")

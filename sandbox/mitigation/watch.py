@@ -1,0 +1,68 @@
+"""A drill's view of the candidate's mitigations: what was done, when, and what the recovery oracle says.
+
+`sandbox mitigate`, run beside a drill (another terminal, an agent's tool call), appends each applied action
+to the drill's events (`record_action`), as public as a deploy in a deploy log: the candidate's own action. The
+drill polls `MitigationWatch`: it reads the new actions and, once paged, asks its oracle about the latest
+action every JUDGE_EVERY_S until the oracle says recovered (or worse) or the drill ends. The summary goes to
+run.json and the drill's JSON: each action with its time from the page, the latest verdict and the time to
+mitigate.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sandbox.mitigation.oracle import RecoveryOracle
+
+JUDGE_EVERY_S = 10.0
+PUBLIC_REASON = "quiet, but the cause is still in place"
+
+
+def record_action(record, report: dict, replica: str | None, version: str | None) -> None:
+    """Add an applied action to a drill's events (`record`: its RunRecord)."""
+    record.event("mitigation", None, action=report["action"], started=report["started"],
+                 **({"replica": replica} if replica else {}), **({"version": version} if version else {}))
+
+
+class MitigationWatch:
+    def __init__(self, record, oracle: Callable[[dict], RecoveryOracle | None]):
+        """`oracle(page)`: the drill's oracle for its page (None for a page with no alert: the control's report)."""
+        self.record, self._make_oracle = record, oracle
+        self.actions: list[dict] = []
+        self.verdict: dict | None = None
+        self._oracle: RecoveryOracle | None = None
+        self._seen = 0
+        self._judged_at = 0.0
+
+    def poll(self, page: dict | None, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        events = [e for e in self.record.events() if e.get("kind") == "mitigation"]
+        for event in events[self._seen:]:
+            self.actions.append({k: event[k] for k in ("action", "started", "replica", "version") if k in event})
+            self.verdict = None  # a new action: the last verdict was about the one before
+        self._seen = len(events)
+        if page is None or not self.actions or self._settled() or now - self._judged_at < JUDGE_EVERY_S:
+            return
+        if self._oracle is None:
+            self._oracle = self._make_oracle(page)
+            if self._oracle is None:
+                return
+        self._judged_at = now
+        self.verdict = self._oracle.judge(self.actions[-1]["started"], now).to_dict()
+
+    def _settled(self) -> bool:
+        return self.verdict is not None and self.verdict["outcome"] in ("recovered", "worse")
+
+    def summary(self, page: dict | None, sealed: bool = False) -> dict | None:
+        """What run.json and the drill's JSON keep; None where no action was taken. What the invariant read
+        names the cause ("... runs engine.enable_prefix_caching=false"): only the sealed record keeps it."""
+        if not self.actions:
+            return None
+        paged_at = (page or {}).get("paged_at")
+        actions = [{**a, "from_page_s": None if paged_at is None else round(a["started"] - paged_at, 1)}
+                   for a in self.actions]
+        verdict = self.verdict
+        if verdict is not None and not sealed:
+            verdict = {**verdict, "invariant": None if verdict["invariant"] is None else "still in place",
+                       "reason": PUBLIC_REASON if verdict["invariant"] else verdict["reason"]}
+        return {"actions": actions, "verdict": verdict, "ttm_s": (verdict or {}).get("ttm_s")}

@@ -1,0 +1,86 @@
+"""A drill's watch over the candidate's actions: `sandbox mitigate` adds each to the run's events, the drill picks
+it up and, once paged, asks its oracle; what run.json keeps never names the cause (the sealed record does)."""
+from __future__ import annotations
+
+from sandbox.drill.record import RunRecord
+from sandbox.mitigation.oracle import Verdict
+from sandbox.mitigation.watch import PUBLIC_REASON, MitigationWatch, record_action
+
+PAGE = {"alert": "TimeToFirstTokenHigh", "paged_at": 1000.0}
+STILL = "the serving version v3 runs engine.enable_prefix_caching=false"
+
+
+class Oracle:
+    """The oracle's answers in turn, and what it was asked."""
+
+    def __init__(self, *verdicts: Verdict):
+        self.verdicts, self.asked = list(verdicts), []
+
+    def judge(self, action_wall, now_wall):
+        self.asked.append((action_wall, now_wall))
+        return self.verdicts.pop(0)
+
+
+def _record(tmp_path) -> RunRecord:
+    return RunRecord.create(tmp_path / "runs", tmp_path / "keys", "20261204-180000-abcdef", {"status": "running"})
+
+
+def _verdict(outcome: str, invariant: str | None = None, ttm: float | None = None) -> Verdict:
+    reason = f"quiet, but the cause is still in place: {invariant}" if invariant else outcome
+    return Verdict(outcome, 1100.0 if ttm else None, ttm, (), 0.0, 0.0, invariant, reason)
+
+
+def test_no_action_is_no_summary_and_no_question_to_the_oracle(tmp_path):
+    oracle = Oracle()
+    watch = MitigationWatch(_record(tmp_path), lambda page: oracle)
+    watch.poll(PAGE, now=2000.0)
+    assert watch.summary(PAGE) is None and oracle.asked == []
+
+
+def test_an_action_is_judged_once_paged_and_every_ten_seconds_until_it_recovers(tmp_path):
+    record = _record(tmp_path)
+    oracle = Oracle(_verdict("not recovered", STILL), _verdict("recovered", ttm=100.0))
+    watch = MitigationWatch(record, lambda page: oracle)
+    record_action(record, {"action": "rollback-deploy", "started": 1060.0}, None, None)
+    watch.poll(None, now=1061.0)  # not paged yet: nothing to judge
+    watch.poll(PAGE, now=1070.0)
+    watch.poll(PAGE, now=1075.0)  # within ten seconds of the last question
+    watch.poll(PAGE, now=1080.0)
+    watch.poll(PAGE, now=1200.0)  # recovered: settled, no more questions
+    assert oracle.asked == [(1060.0, 1070.0), (1060.0, 1080.0)]
+    summary = watch.summary(PAGE)
+    assert summary["actions"] == [{"action": "rollback-deploy", "started": 1060.0, "from_page_s": 60.0}]
+    assert summary["verdict"]["outcome"] == "recovered" and summary["ttm_s"] == 100.0
+
+
+def test_what_run_json_keeps_says_the_cause_is_in_place_without_naming_it(tmp_path):
+    record = _record(tmp_path)
+    watch = MitigationWatch(record, lambda page: Oracle(_verdict("not recovered", STILL)))
+    record_action(record, {"action": "restart-replica", "started": 1060.0}, "abc123", None)
+    watch.poll(PAGE, now=1070.0)
+    public = watch.summary(PAGE)
+    assert public["actions"][0]["replica"] == "abc123"
+    assert public["verdict"]["invariant"] == "still in place" and public["verdict"]["reason"] == PUBLIC_REASON
+    assert "prefix" not in str(public)
+    assert watch.summary(PAGE, sealed=True)["verdict"]["invariant"] == STILL
+
+
+def test_a_new_action_clears_the_verdict_about_the_one_before(tmp_path):
+    record = _record(tmp_path)
+    oracle = Oracle(_verdict("not recovered"), _verdict("recovered", ttm=150.0))
+    watch = MitigationWatch(record, lambda page: oracle)
+    record_action(record, {"action": "restart-replica", "started": 1060.0}, "r1", None)
+    watch.poll(PAGE, now=1070.0)
+    record_action(record, {"action": "rollback-deploy", "started": 1074.0}, None, None)
+    watch.poll(PAGE, now=1075.0)
+    assert watch.verdict is None  # asked again only ten seconds after the last question
+    watch.poll(PAGE, now=1080.0)
+    assert oracle.asked[-1] == (1074.0, 1080.0) and watch.summary(PAGE)["ttm_s"] == 150.0
+
+
+def test_a_report_with_no_alert_has_no_oracle(tmp_path):
+    record = _record(tmp_path)
+    watch = MitigationWatch(record, lambda page: None)
+    record_action(record, {"action": "no-action", "started": 1060.0}, None, None)
+    watch.poll({"alert": None, "paged_at": 1000.0}, now=1100.0)
+    assert watch.summary(PAGE)["verdict"] is None
