@@ -1,0 +1,76 @@
+"""One drill of a chosen case, mitigated once it pages: does the recovery oracle say what the action achieved?
+
+    .venv/bin/python bench/mitigation_drill.py ttft-after-deploy prefix-off rollback-deploy > best.json
+    .venv/bin/python bench/mitigation_drill.py ttft-after-deploy prefix-off restart-replica > wrong.json
+
+Runs `sandbox drill INCIDENT --variant V --headless --duration D --json` (its own stack, as a candidate's),
+waits for the page in its run.json, applies `sandbox mitigate ACTION` (a replica action takes the first running
+replica), and prints the drill's JSON (the actions, the oracle's verdict and the time to mitigate) with the
+action's own report. The duration must leave the action's rollout and the oracle's 120 s quiet window after
+the page. Not a test: a drill takes minutes (the suite tests the oracle on series of known shape).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sandbox.drill.record import running_drill
+from services.stack.deploy_config import SERVER
+from services.stack.serve_control import ServeControl
+from services.stack.settings import SandboxConfig
+from services.stack.state import StackState
+
+SANDBOX = str(REPO / ".venv" / "bin" / "sandbox")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("incident")
+    ap.add_argument("variant")
+    ap.add_argument("action")
+    ap.add_argument("--duration", type=int, default=480)
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    cfg = SandboxConfig.from_env()
+    argv = [SANDBOX, "drill", args.incident, "--variant", args.variant, "--headless", "--duration",
+            str(args.duration), "--json"] + (["--seed", str(args.seed)] if args.seed is not None else [])
+    drill = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    action = None
+    while drill.poll() is None and action is None:
+        info = running_drill(cfg.home)
+        public = json.loads((Path(info["run_dir"]) / "run.json").read_text()) if info else {}
+        if public.get("page"):
+            extra = []
+            if args.action in ("restart-replica", "drain-replica"):
+                state = StackState.load(cfg.state_file)
+                ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
+                try:
+                    ids = sorted(r["replica_id"] for r in ctl.replicas(state.app_name, SERVER)
+                                 if r.get("state") == "RUNNING")
+                finally:
+                    ctl.close()
+                extra = ["--replica", ids[0]]
+            out = subprocess.run([SANDBOX, "mitigate", args.action, *extra, "--json"], capture_output=True,
+                                 text=True, check=False)
+            action = {"rc": out.returncode, "report": out.stdout.strip() or " ".join(out.stderr.split())[-300:],
+                      "page_at_s": public["page"].get("at_s")}
+        time.sleep(1.0)
+    stdout, _ = drill.communicate()
+    try:
+        result = json.loads(stdout)
+    except json.JSONDecodeError:
+        result = {"unparsed": stdout[-2000:]}
+    print(json.dumps({"incident": args.incident, "variant": args.variant, "action": args.action,
+                      "applied": action, "drill_exit": drill.returncode, "drill": result}))
+    return 0 if action and action["rc"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
