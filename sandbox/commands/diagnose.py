@@ -169,7 +169,7 @@ def _grade(cfg, recorded, run: Path, diagnosis, debrief_home: Path | None, debri
         with RecordedPrometheus(run / "prometheus") as prom:
             windows = recorded.windows()
             report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], windows,
-                            prom, catalogue).grade(diagnosis)
+                            prom, catalogue, recorded.sealed.get("mitigation")).grade(diagnosis)
             path = None
             if debrief:
                 from sandbox.grading.debrief import write_debrief

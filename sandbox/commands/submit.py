@@ -139,7 +139,7 @@ def grade_live(cfg, run_dir: Path, diagnosis, interview: bool):
     try:
         windows = recorded.windows()
         report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], windows, prom,
-                        catalogue).grade(diagnosis, took, asks)
+                        catalogue, recorded.sealed.get("mitigation")).grade(diagnosis, took, asks)
         debrief = write_debrief(run_dir, incident, recorded.sealed, windows, report, prom, recorded.record.events())
     except PrometheusError as e:
         fail(str(e))

@@ -11,7 +11,11 @@
                      and the true variant's disagree, the data showing the true direction: all 20 for
                      the strongest sibling (the variant this run looks most like), 10 for another;
                      in an incident with one cause, 20 for any
-    remediation  10  the first remedy among the key's (5 when only a later one is)
+    remediation  10  where the candidate acted on the live stack (`sandbox mitigate` during the drill), what
+                     the action achieved, by the recovery oracle's verdict (sandbox/mitigation/oracle.py):
+                     recovered with the key's first remedy 10, with another action 5, not recovered or
+                     made worse 0; otherwise (a replay, no action taken) the first remedy named among the
+                     key's (5 when only a later one is)
 
 A right cause with no evidence scores at most 50. A diagnosis whose cause is wrong keeps half its
 evidence points (real signals, read into the wrong conclusion) and none for alternatives (they
@@ -74,8 +78,11 @@ class Report:
 
 
 class Grader:
-    def __init__(self, incident, variant: str, answer: dict, windows: Windows, prom, catalogue: dict | None = None):
+    def __init__(self, incident, variant: str, answer: dict, windows: Windows, prom, catalogue: dict | None = None,
+                 mitigation: dict | None = None):
+        """mitigation: the run's sealed record of the candidate's actions and the oracle's verdict, if any."""
         self.incident, self.variant, self.answer, self.w, self.prom = incident, variant, answer, windows, prom
+        self.mitigation = mitigation
         self.cite = Citations(incident, variant, answer, windows, prom,
                               catalogue if catalogue is not None else catalogue_of(incident))
 
@@ -216,6 +223,8 @@ class Grader:
 
     def remediation(self, d: Diagnosis) -> Criterion:
         right = self.answer["remediation"]
+        if self.mitigation and self.mitigation.get("actions"):
+            return self._acted(right)
         if self.wrong_replica(d):
             return Criterion("remediation", 0, POINTS["remediation"],
                              f"the remedy would act on replica {d.location.replica}, a healthy one")
@@ -227,6 +236,28 @@ class Grader:
             return Criterion("remediation", POINTS["remediation"] // 2, POINTS["remediation"],
                              f"{later[0]!r} fixes it, but comes after {d.remediation[0]!r}")
         return Criterion("remediation", 0, POINTS["remediation"], "none of the remedies fixes it")
+
+    def _acted(self, right: list[str]) -> Criterion:
+        """Graded by what the actions achieved: the verdict is about the last one."""
+        actions = [a["action"] for a in self.mitigation["actions"]]
+        verdict = self.mitigation.get("verdict") or {}
+        done = ", then ".join(actions)
+        outcome = verdict.get("outcome")
+        if outcome == "recovered":
+            ttm = verdict.get("ttm_s")
+            full = actions[-1] == right[0]
+            points = POINTS["remediation"] if full else POINTS["remediation"] // 2
+            how = "the key's first remedy" if full else \
+                "an accepted remedy, not the best" if actions[-1] in right else "an action the key does not list"
+            return Criterion("remediation", points, POINTS["remediation"],
+                             f"acted: {done}; service recovered ({how}), {ttm:.0f} s after the page"
+                             if ttm is not None else f"acted: {done}; service recovered ({how})")
+        if outcome == "worse":
+            return Criterion("remediation", 0, POINTS["remediation"],
+                             f"acted: {done}; made it worse: {', '.join(verdict.get('other_pages') or [])} "
+                             "paged after it")
+        why = verdict.get("reason") or "the drill ended before the oracle could judge it"
+        return Criterion("remediation", 0, POINTS["remediation"], f"acted: {done}; not recovered: {why}")
 
 
 def _r(v):

@@ -1,0 +1,70 @@
+"""The remediation points of a drill where the candidate acted: graded by what the action achieved (the recovery
+oracle's verdict, from the run's sealed record), not by the remedy the diagnosis names. Without an action (a
+replay), the named remedy is graded as before."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from incidents.schema import load_catalogue
+from sandbox.grading.diagnosis import load_diagnosis
+from sandbox.grading.grader import Grader
+from sandbox.grading.recorded import RecordedPrometheus, RecordedRun
+from services.stack.prometheus import PrometheusError, find_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = Path(__file__).parent / "fixtures" / "20261130-172507-ttft-after-deploy"  # prefix-off
+
+try:
+    find_binary("prometheus")
+except PrometheusError:
+    pytest.skip("needs Debian's prometheus (scripts/setup.sh installs it)", allow_module_level=True)
+
+
+def _verdict(outcome: str, ttm: float | None = None, other: tuple[str, ...] = (), reason: str = "") -> dict:
+    return {"outcome": outcome, "ttm_s": ttm, "other_pages": list(other), "reason": reason}
+
+
+def _acted(*actions: str, verdict: dict | None) -> dict:
+    return {"actions": [{"action": a, "started": 1000.0 + i} for i, a in enumerate(actions)], "verdict": verdict}
+
+
+@pytest.fixture(scope="module")
+def grade():
+    recorded = RecordedRun(RUN, RUN.parent / f"{RUN.name}.key")
+    incident = load_catalogue(ROOT / "incidents")[recorded.incident_id]
+    good = load_diagnosis(RUN / "golden" / "good.yaml")  # names rollback-deploy
+    with RecordedPrometheus(RUN / "prometheus") as prom:
+        def remediation(mitigation):
+            grader = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(),
+                            prom, mitigation=mitigation)
+            c = grader.remediation(good)
+            return c.points, c.sentence
+        yield remediation
+
+
+def test_recovered_by_the_best_remedy_earns_all_ten_with_the_time_to_mitigate(grade):
+    assert grade(_acted("rollback-deploy", verdict=_verdict("recovered", 212.0))) == \
+        (10, "acted: rollback-deploy; service recovered (the key's first remedy), 212 s after the page")
+
+
+def test_recovered_by_an_accepted_remedy_that_is_not_the_best_earns_half(grade):
+    assert grade(_acted("restart-replica", "enable-prefix-caching", verdict=_verdict("recovered", 300.0))) == \
+        (5, "acted: restart-replica, then enable-prefix-caching; service recovered (an accepted remedy, not the "
+            "best), 300 s after the page")
+
+
+def test_not_recovered_or_worse_earns_nothing_whatever_the_diagnosis_names(grade):
+    assert grade(_acted("restart-replica", verdict=_verdict("not recovered", reason="quiet, but the cause is "
+                                                            "still in place"))) == \
+        (0, "acted: restart-replica; not recovered: quiet, but the cause is still in place")
+    assert grade(_acted("scale-out", verdict=_verdict("worse", other=("ServingErrorRateHigh",)))) == \
+        (0, "acted: scale-out; made it worse: ServingErrorRateHigh paged after it")
+    assert grade(_acted("rollback-deploy", verdict=None)) == \
+        (0, "acted: rollback-deploy; not recovered: the drill ended before the oracle could judge it")
+
+
+def test_without_an_action_the_named_remedy_is_graded(grade):
+    assert grade(None) == (10, "'rollback-deploy' fixes it")
+    assert grade({"actions": [], "verdict": None}) == (10, "'rollback-deploy' fixes it")
