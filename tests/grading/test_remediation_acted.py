@@ -50,9 +50,10 @@ def test_recovered_by_the_best_remedy_earns_all_ten_with_the_time_to_mitigate(gr
 
 
 def test_recovered_by_an_accepted_remedy_that_is_not_the_best_earns_half(grade):
+    sentence = ("acted: restart-replica, then enable-prefix-caching; service recovered (an accepted remedy, not "
+                "the best), 300 s after the page")
     assert grade(_acted("restart-replica", "enable-prefix-caching", verdict=_verdict("recovered", 300.0))) == \
-        (5, "acted: restart-replica, then enable-prefix-caching; service recovered (an accepted remedy, not the "
-            "best), 300 s after the page")
+        (5, sentence)
 
 
 def test_not_recovered_or_worse_earns_nothing_whatever_the_diagnosis_names(grade):
