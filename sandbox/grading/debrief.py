@@ -33,7 +33,8 @@ def _series(prom, expr: str, start: float, end: float) -> list[tuple[str, list[f
     return out
 
 
-def plot_signal(prom, name: str, expr: str, windows, events: list[dict], path: Path) -> Path:
+def plot_signal(prom, name: str, expr: str, windows, events: list[dict], path: Path,
+                recovered_s: float | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a server
@@ -45,12 +46,17 @@ def plot_signal(prom, name: str, expr: str, windows, events: list[dict], path: P
         ax.plot(xs, ys, linewidth=1.2, label=label[:60])
     ax.axvspan(WARMUP_S, w.inject_s, color="tab:green", alpha=0.12, label="baseline")
     ax.axvspan(min(w.settled_s + SETTLE_S, w.end_s), w.end_s, color="tab:red", alpha=0.12, label="incident")
+    if recovered_s is not None and recovered_s < w.end_s:  # the oracle's quiet window on: service back
+        ax.axvspan(recovered_s, w.end_s, color="tab:blue", alpha=0.12, label="recovered")
+    colours = {"page": "black", "mitigation": "tab:blue"}
     for e in events:
-        if e.get("at_s") is None or e["kind"] not in ("deploy", "page", "inject"):
+        if e.get("at_s") is None or e["kind"] not in ("deploy", "page", "inject", "mitigation"):
             continue
-        ax.axvline(e["at_s"], color="black" if e["kind"] == "page" else "gray", linestyle="--", linewidth=0.8)
-        ax.annotate(e["kind"] if e["kind"] != "deploy" else f"deploy {e.get('version', '')}", (e["at_s"], 1.0),
-                    xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="top", ha="right")
+        ax.axvline(e["at_s"], color=colours.get(e["kind"], "gray"), linestyle="--", linewidth=0.8)
+        names = {"deploy": f"deploy {e.get('version', '')}", "mitigation": e.get("action", "")}
+        label = names.get(e["kind"], e["kind"])
+        ax.annotate(label, (e["at_s"], 1.0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="top",
+                    ha="right")
     ax.axvline(w.inject_s, color="tab:red", linewidth=1.0)
     ax.set_title(name, fontsize=10)
     ax.set_xlabel("seconds since traffic started")
@@ -66,8 +72,14 @@ def write_debrief(run_dir: Path, incident, sealed: dict, windows, report, prom, 
     out.mkdir(exist_ok=True)
     answer = sealed["answer"]
     names = [incident.primary] + [s for s in answer["evidence"] if s != incident.primary]
-    events = list(events) + [{"kind": "inject", "at_s": windows.inject_s}]
-    plots = [(n, plot_signal(prom, n, incident.signals[n], windows, events, out / f"{n}.png").name) for n in names]
+    # the candidate's actions carry their wall time (`sandbox mitigate` ran in another process): on the drill's clock
+    events = [{**e, "at_s": round(e["started"] - windows.t0, 1)} if e.get("kind") == "mitigation" and "started" in e
+              else e for e in events] + [{"kind": "inject", "at_s": windows.inject_s}]
+    mitigation = sealed.get("mitigation") or {}
+    verdict = mitigation.get("verdict") or {}
+    recovered_s = verdict["quiet_from"] - windows.t0 if verdict.get("outcome") == "recovered" else None
+    plots = [(n, plot_signal(prom, n, incident.signals[n], windows, events, out / f"{n}.png", recovered_s).name)
+             for n in names]
     loc = ", ".join(f"{k} {v}" for k, v in answer["location"].items() if v) or "the whole fleet"
     md = [f"# Debrief: {incident.id} ({report.run})", "",
           f"**What happened:** `{answer['root_cause']}` ({loc}); variant `{sealed['variant']}`. "
@@ -76,12 +88,20 @@ def write_debrief(run_dir: Path, incident, sealed: dict, windows, report, prom, 
     md += [f"| {c.name} | {c.points}/{c.max_points} | {c.sentence} |" for c in report.criteria]
     if report.time_to_diagnosis_s is not None:
         md += ["", f"Time to diagnosis: {report.time_to_diagnosis_s:.0f} s after the page."]
+    if mitigation.get("actions"):
+        md += ["", "## Mitigation", "", "| action | s after the page |", "|---|---|"]
+        md += [f"| {a['action']}{' ' + a['replica'] if a.get('replica') else ''} | {a.get('from_page_s')} |"
+               for a in mitigation["actions"]]
+        md += ["", f"Verdict: **{verdict.get('outcome', 'not judged')}**. {verdict.get('reason', '')}"
+               + (f" Time to mitigate: {verdict['ttm_s']:.0f} s." if verdict.get("ttm_s") is not None else "")]
     md += ["", "## Timeline", "", "| at (s) | event |", "|---|---|"]
     for e in sorted(events, key=lambda e: (e.get("at_s") is None, e.get("at_s") or 0)):
         detail = " ".join(f"{k}={v}" for k, v in sorted(e.items()) if k not in ("at_s", "kind", "time"))
         md.append(f"| {'' if e.get('at_s') is None else round(e['at_s'])} | {e['kind']} {detail} |")
     md += ["", "## Signals", "", f"Baseline shaded green ({WARMUP_S:.0f} s to the injection), incident red "
-           f"({SETTLE_S:.0f} s after the injection completed, to the end).", ""]
+           f"({SETTLE_S:.0f} s after the injection completed, to the end)"
+           + (", recovered blue (from the start of the oracle's quiet window)." if recovered_s is not None else ".")
+           + (" Dashed blue lines: the candidate's actions." if mitigation.get("actions") else ""), ""]
     md += [f"### {n}\n\n`{incident.signals[n]}`\n\n![{n}]({png})\n" for n, png in plots]
     md.append(f"_written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}_")
     (out / "debrief.md").write_text("\n".join(md) + "\n")

@@ -69,3 +69,25 @@ def test_not_recovered_or_worse_earns_nothing_whatever_the_diagnosis_names(grade
 def test_without_an_action_the_named_remedy_is_graded(grade):
     assert grade(None) == (10, "'rollback-deploy' fixes it")
     assert grade({"actions": [], "verdict": None}) == (10, "'rollback-deploy' fixes it")
+
+
+def test_the_debrief_shows_each_action_on_the_timeline_and_the_recovery_shaded(tmp_path):
+    from sandbox.grading.debrief import write_debrief
+
+    recorded = RecordedRun(RUN, RUN.parent / f"{RUN.name}.key")
+    incident = load_catalogue(ROOT / "incidents")[recorded.incident_id]
+    w = recorded.windows()
+    page = w.t0 + w.inject_s + 40
+    mitigation = {"actions": [{"action": "rollback-deploy", "started": page + 60, "from_page_s": 60.0}],
+                  "verdict": {"outcome": "recovered", "quiet_from": page + 90, "ttm_s": 90.0, "other_pages": [],
+                              "reason": "TimeToFirstTokenHigh quiet for 120 s from 90 s after the page"}}
+    events = recorded.record.events() + [{"kind": "mitigation", "action": "rollback-deploy", "started": page + 60,
+                                          "time": page + 60}]
+    with RecordedPrometheus(RUN / "prometheus") as prom:
+        report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], w, prom,
+                        mitigation=mitigation).grade(load_diagnosis(RUN / "golden" / "good.yaml"))
+        md = write_debrief(tmp_path, incident, {**recorded.sealed, "mitigation": mitigation}, w, report, prom,
+                           events).read_text()
+    assert "| rollback-deploy | 60.0 |" in md and "Verdict: **recovered**." in md and "Time to mitigate: 90 s." in md
+    assert f"| {round(w.inject_s + 100)} | mitigation action=rollback-deploy" in md
+    assert "recovered blue" in md and list((tmp_path / "debrief").glob("*.png"))
