@@ -242,6 +242,12 @@ class Grader:
         actions = [a["action"] for a in self.mitigation["actions"]]
         verdict = self.mitigation.get("verdict") or {}
         done = ", then ".join(actions)
+        if self.incident.page.alert is None:  # the control: nothing to recover from; any change is a disruption
+            if set(actions) == {"no-action"}:
+                return Criterion("remediation", POINTS["remediation"], POINTS["remediation"],
+                                 "acted: no-action, the right call on a healthy stack")
+            return Criterion("remediation", 0, POINTS["remediation"],
+                             f"acted: {done}; made it worse: a change to a healthy stack, with nothing to fix")
         outcome = verdict.get("outcome")
         if outcome == "recovered":
             ttm = verdict.get("ttm_s")

@@ -91,3 +91,18 @@ def test_the_debrief_shows_each_action_on_the_timeline_and_the_recovery_shaded(t
     assert "| rollback-deploy | 60.0 |" in md and "Verdict: **recovered**." in md and "Time to mitigate: 90 s." in md
     assert f"| {round(w.inject_s + 100)} | mitigation action=rollback-deploy" in md
     assert "recovered blue" in md and list((tmp_path / "debrief").glob("*.png"))
+
+
+def test_on_the_control_no_action_earns_all_ten_and_any_change_is_graded_as_making_it_worse():
+    run = Path(__file__).parent / "fixtures" / "20261130-113602-quiet-shift"
+    recorded = RecordedRun(run, run.parent / f"{run.name}.key")
+    incident = load_catalogue(ROOT / "incidents")[recorded.incident_id]
+    good = load_diagnosis(run / "golden" / "good.yaml")
+    with RecordedPrometheus(run / "prometheus") as prom:
+        def remediation(*actions):
+            c = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(), prom,
+                       mitigation=_acted(*actions, verdict=None)).remediation(good)
+            return c.points, c.sentence
+        assert remediation("no-action") == (10, "acted: no-action, the right call on a healthy stack")
+        assert remediation("restart-replica") == \
+            (0, "acted: restart-replica; made it worse: a change to a healthy stack, with nothing to fix")
