@@ -9,6 +9,7 @@ open for any other value.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 
 from sandbox.mitigation.catalogue import SETTING_CHANGES
@@ -45,13 +46,5 @@ def change(action: str, deployed: DeployConfig, shipped: DeployConfig, version: 
     if not moved:
         names = ", ".join(f"engine.{n}={engine_setting(deployed, n)}" for n in spec.settings)
         raise ValueError(f"{action}: nothing to change, the serving version already runs {names}")
-    assignments = [f"engine.{name}={_yaml(value)}" for name, value in moved.items()]
+    assignments = [f"engine.{name}={json.dumps(value)}" for name, value in moved.items()]  # JSON is YAML
     return deployed.with_overrides(assignments, version), assignments
-
-
-def _yaml(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

@@ -111,7 +111,7 @@ def test_raising_the_kv_cache_rolls_every_replica_even_where_the_deployed_pool_i
 def test_requantizing_restores_every_quantization_setting_that_moved():
     coarse = SHIPPED.with_overrides(["engine.quantization=int4", "engine.quantization_granularity=per-module"], "v2")
     assert settings.change("requantize-finer", coarse, SHIPPED, "v3")[1] == \
-        ["engine.quantization=none", "engine.quantization_granularity=per-channel"]
+        ['engine.quantization="none"', 'engine.quantization_granularity="per-channel"']
 
 
 def test_a_bad_action_is_refused_with_exit_code_2_before_any_stack_is_looked_for(tmp_path):
