@@ -291,8 +291,10 @@ def _run(inc, variant, seed, duration, keep_up, as_json, headless, before_teardo
 
             console.print(page_panel(page, StackState.load(cfg.state_file)))
             if not headless:
-                console.print("Investigate; the incident goes on until you end the drill with Ctrl-C "
-                              "(faults are reverted, the stack stopped, the record kept).")
+                console.print("Investigate, and act when you know (`sandbox mitigate --help`: each action is "
+                              "judged by whether service recovers); the incident goes on until you end the drill "
+                              "with Ctrl-C (what is left of the fault is reverted, the stack stopped, the record "
+                              "kept).")
 
     try:
         settings = DrillSettings(duration_s=duration, keep_up=keep_up, open_ended=open_ended)

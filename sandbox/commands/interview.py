@@ -31,6 +31,8 @@ def interview_panel(page: dict) -> Panel:
              "[bold]Evidence is given when you ask for it[/bold] (each ask is logged with its time):",
              "  sandbox ask --list      what can be asked",
              "  sandbox ask NAME        one piece, as a table and a plot of the last five minutes",
+             "  sandbox mitigate ACTION act on the live stack (`sandbox mitigate --help`); logged with its "
+             "time, judged by whether service recovers",
              "  sandbox diagnose        your diagnosis (or: sandbox diagnose --file d.yaml)"]
     return Panel("\n".join(lines), title="PAGE (interview)", border_style="red")
 
