@@ -33,6 +33,7 @@ class MitigationWatch:
         self._oracle: RecoveryOracle | None = None
         self._seen = 0
         self._judged_at = 0.0
+        self.unread: str | None = None  # why the oracle could not be asked, the last time it could not
 
     def poll(self, page: dict | None, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -48,7 +49,10 @@ class MitigationWatch:
             if self._oracle is None:
                 return
         self._judged_at = now
-        self.verdict = self._oracle.judge(self.actions[-1]["started"], now).to_dict()
+        try:
+            self.verdict = self._oracle.judge(self.actions[-1]["started"], now).to_dict()
+        except (RuntimeError, OSError, ValueError) as e:  # Prometheus unreachable a moment: ask again next time
+            self.unread = f"{type(e).__name__}: {e}"
 
     def _settled(self) -> bool:
         return self.verdict is not None and self.verdict["outcome"] in ("recovered", "worse")

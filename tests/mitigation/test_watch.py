@@ -84,3 +84,16 @@ def test_a_report_with_no_alert_has_no_oracle(tmp_path):
     record_action(record, {"action": "no-action", "started": 1060.0}, None, None)
     watch.poll({"alert": None, "paged_at": 1000.0}, now=1100.0)
     assert watch.summary(PAGE)["verdict"] is None
+
+
+def test_an_oracle_that_cannot_read_prometheus_leaves_the_verdict_and_is_asked_again(tmp_path):
+    record = _record(tmp_path)
+
+    class Unreachable:
+        def judge(self, action_wall, now_wall):
+            raise RuntimeError("Prometheus query failed: connection refused")
+
+    watch = MitigationWatch(record, lambda page: Unreachable())
+    record_action(record, {"action": "rollback-deploy", "started": 1060.0}, None, None)
+    watch.poll(PAGE, now=1070.0)
+    assert watch.verdict is None and watch.unread == "RuntimeError: Prometheus query failed: connection refused"
