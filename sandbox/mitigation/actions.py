@@ -11,6 +11,7 @@ checks once idle would be one), so it is refused as unavailable, naming `restart
 from __future__ import annotations
 
 import copy
+import os
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from faults.base import FaultContext
 from faults.cpu_throttle import lift_quota, quota_of
 from sandbox.mitigation import history, settings
 from sandbox.mitigation.catalogue import ACTIONS, SETTING_CHANGES
+from services.serve.config import torch_threads
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
 from services.stack.deployer import deploy_changes, deploy_config
 from services.stack.progress import Steps
@@ -150,16 +152,22 @@ def restart_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: fl
 
 
 def scale_out(ctx: FaultContext, steps: Steps, timeout_s: float) -> dict:
+    """One more replica where it adds capacity: a core of this machine for each of its engine's threads beside
+    the replicas' (another engine on busy cores only shares them), and a CPU Ray can give it."""
     import ray
 
     current = _deployed(ctx.state)
+    cores = len(os.sched_getaffinity(0))
+    threads = torch_threads(settings.engine_setting(current, "torch_threads")) or 1
+    if (current.replicas + 1) * threads > cores:
+        raise NoRoom(f"scale-out: no room for another replica on this machine: {current.replicas} replicas of "
+                     f"{threads} thread(s) each already use its {cores} cores (another would share them, not add "
+                     "capacity)")
     need = float((current.deployment(SERVER).get("ray_actor_options") or {}).get("num_cpus", 1))
     ctx.connect_ray()
     free = float(ray.available_resources().get("CPU", 0.0))
     if free < need:
-        total = float(ray.cluster_resources().get("CPU", 0.0))
-        raise NoRoom(f"scale-out: no room for another replica: each needs {need:g} CPU and the cluster has "
-                     f"{free:g} of its {total:g} free (every CPU of this machine serves already)")
+        raise NoRoom(f"scale-out: no room for another replica: each needs {need:g} CPU and Ray has {free:g} free")
     deploy_changes(ctx.cfg, ctx.state, [f"replicas={current.replicas + 1}"], None, timeout_s, steps)
     return {"replicas": current.replicas + 1, "before": current.replicas}
 
