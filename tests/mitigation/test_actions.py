@@ -146,3 +146,22 @@ def test_the_options_check_accepts_each_action_with_what_it_takes():
                       limit=4 if spec.limit else None)
     with pytest.raises(Refused):
         check_options("no-action", limit=3)
+
+
+def test_scale_out_on_a_machine_whose_cores_the_replicas_use_says_there_is_no_room(tmp_path, monkeypatch):
+    import random
+
+    from faults import FaultContext
+    from sandbox.mitigation.actions import NoRoom, scale_out
+    from services.stack.settings import SandboxConfig
+    from services.stack.state import StackState
+
+    config = tmp_path / "serve_config.yaml"
+    SHIPPED.save(config)  # two replicas of one torch thread each
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    ctx = FaultContext(SandboxConfig(home=tmp_path), StackState("run", str(tmp_path), deployed_config=str(config)),
+                       random.Random(0))
+    with pytest.raises(NoRoom) as e:
+        scale_out(ctx, None, 10.0)
+    assert str(e.value) == ("scale-out: no room for another replica on this machine: 2 replicas of 1 thread(s) each "
+                            "already use its 2 cores (another would share them, not add capacity)")
