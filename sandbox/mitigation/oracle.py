@@ -6,8 +6,11 @@ Read from Prometheus only, as a candidate's dashboards are, over [the action, no
                   every step of a sustained window (RECOVERY_WINDOW_S; shorter in tests), a reading at each
                   step: a quantile of no requests (traffic gone) is no reading, so load that went away does
                   not pass for recovery
-    other pages   no paging alert fired after the action that was not firing before it (a wrong action's
-                  cost: a restarted healthy replica, a fleet drained below its load)
+    other pages   once the page is quiet, no paging alert that was not firing at the action has fired through
+                  the last whole window (the action traded one page for another: a fleet drained below its
+                  load); one that fires a while and stops (a rollout's transient) is no verdict on the action,
+                  and while the page itself still fires the others are its own symptoms (the client's view of
+                  the same TTFT), which a drill of prefix caching turned off showed after a rollback
     errors        the traffic's failed share (statuses other than 200, 429 and 499) under ERROR_SLO over the
                   quiet window; the shed share (429s) is reported beside it, a cost shed-load chooses to pay
     invariant     the mechanism is gone, as the stack shows it (a callable that returns why it is still in
@@ -75,10 +78,12 @@ class RecoveryOracle:
         self.window_s, self.step_s, self.error_slo, self.invariant = window_s, step_s, error_slo, invariant
 
     def judge(self, action_wall: float, now_wall: float) -> Verdict:
-        others = self._new_pages(action_wall, now_wall)
         margins = margin_series(self.prom, self.alert, action_wall, now_wall, self.step_s)
         start = first_quiet(margins, round(self.window_s / self.step_s))
         quiet_from = None if start is None else action_wall + start * self.step_s
+        # worse: the incident's page went quiet and another took its place; while the page itself still fires,
+        # the other pages are its own symptoms spreading (the client's view of the same TTFT), not the action's
+        others = self._new_pages(action_wall, now_wall) if quiet_from is not None else []
         span_from = quiet_from if quiet_from is not None else action_wall
         errors, shed = self._shares(span_from, now_wall)
         still = self.invariant() if self.invariant else None
@@ -99,12 +104,21 @@ class RecoveryOracle:
         return Verdict(outcome, quiet_from, ttm, tuple(others), errors, shed, still, reason)
 
     def _new_pages(self, action_wall: float, now_wall: float) -> list[str]:
+        """Paging alerts not firing at the action that have fired at every step of the last window: what the
+        action broke. One that fires a while and stops (a rollout's doubled replicas on busy cores, the incident's
+        own symptoms spreading) is no verdict on the action."""
+        start = now_wall - self.window_s
+        if start < action_wall:
+            return []
         paging = set(paging_alerts()) - {self.alert}
         firing = 'ALERTS{alertstate="firing"}'
         before = {r["metric"].get("alertname") for r in self.prom.query(firing, at=action_wall)}
-        rows = self.prom.query_range(firing, action_wall, now_wall, self.step_s)
-        after = {r["metric"].get("alertname") for r in rows}
-        return sorted((after - before) & paging)
+        steps: dict[str, set[int]] = {}
+        for row in self.prom.query_range(firing, start, now_wall, self.step_s):
+            name = row["metric"].get("alertname")
+            steps.setdefault(name, set()).update(round((float(t) - start) / self.step_s) for t, _ in row["values"])
+        every = set(range(round(self.window_s / self.step_s) + 1))
+        return sorted(name for name, seen in steps.items() if name in paging - before and every <= seen)
 
     def _shares(self, start: float, end: float) -> tuple[float | None, float | None]:
         seconds = max(1, round(end - start))

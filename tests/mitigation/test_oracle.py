@@ -22,14 +22,20 @@ class Prom(ExprProm):
         self.counts = {"failed": failed, "shed": shed, "all": total}
 
     def query_range(self, expr, start, end, step_s):
-        if expr.startswith("ALERTS"):
-            return [{"metric": {"alertname": a}, "values": [[end, "1"]]}
-                    for a, t in self.firing_after.items() if t <= end]
+        if expr.startswith("ALERTS"):  # firing from its time on, until `until` where one is given
+            rows = []
+            for a, t in self.firing_after.items():
+                t, until = t if isinstance(t, tuple) else (t, float("inf"))
+                values = [[start + i * step_s, "1"] for i in range(int((end - start) / step_s) + 1)
+                          if t <= start + i * step_s <= until]
+                rows += [{"metric": {"alertname": a}, "values": values}] if values else []
+            return rows
         return super().query_range(expr, start, end, step_s)
 
     def query(self, expr, at=None):
         if expr.startswith("ALERTS"):
-            return [{"metric": {"alertname": a}, "value": [at, "1"]} for a, t in self.firing_after.items() if t <= at]
+            return [{"metric": {"alertname": a}, "value": [at, "1"]} for a, t in self.firing_after.items()
+                    if (t[0] if isinstance(t, tuple) else t) <= at <= (t[1] if isinstance(t, tuple) else float("inf"))]
         key = "shed" if 'status="429"' in expr else "failed" if "status!~" in expr else "all"
         return [{"metric": {}, "value": [at, str(self.counts[key])]}]
 
@@ -74,13 +80,20 @@ def test_quiet_while_the_cause_is_still_in_place_is_not_recovered_and_says_what_
     assert verdict.reason == f"quiet, but the cause is still in place: {still}"
 
 
-def test_another_page_after_the_action_makes_it_worse_and_one_firing_before_does_not():
+def test_another_page_firing_through_a_window_since_the_action_makes_it_worse():
     worse = RecoveryOracle(Prom(_margin_falls_at(1100.0), firing_after={"ReplicaRestarted": 1090.0}), ALERT, PAGE,
                            window_s=60).judge(ACTION, 1200.0)
     assert worse.outcome == "worse" and worse.other_pages == ("ReplicaRestarted",)
+
+
+def test_a_page_firing_before_the_action_or_only_for_a_while_after_it_is_no_verdict_on_it():
     before = RecoveryOracle(Prom(_margin_falls_at(1100.0), firing_after={"ReplicaRestarted": 1050.0}), ALERT, PAGE,
                             window_s=60).judge(ACTION, 1200.0)
     assert before.outcome == "recovered"
+    # a rollout's transient: pages 1070-1150, quiet since
+    transient = RecoveryOracle(Prom(_margin_falls_at(1100.0), firing_after={"InterTokenLatencyHigh": (1070.0, 1150.0)}),
+                               ALERT, PAGE, window_s=60).judge(ACTION, 1200.0)
+    assert transient.outcome == "recovered" and transient.other_pages == ()
 
 
 def test_errors_over_the_slo_are_not_recovery_and_shed_requests_are_counted_apart():
@@ -96,3 +109,9 @@ def test_errors_over_the_slo_are_not_recovery_and_shed_requests_are_counted_apar
 def test_a_window_step_or_slo_out_of_range_is_refused(kwargs):
     with pytest.raises(ValueError):
         RecoveryOracle(Prom(lambda t: 0.0), ALERT, PAGE, **kwargs)
+
+
+def test_while_the_page_still_fires_other_pages_are_its_own_symptoms_and_the_verdict_is_not_recovered():
+    still_paging = RecoveryOracle(Prom(lambda t: 4.3, firing_after={"ClientTimeToFirstTokenHigh": 1090.0}), ALERT,
+                                  PAGE, window_s=60).judge(ACTION, 1200.0)
+    assert still_paging.outcome == "not recovered" and still_paging.other_pages == ()
