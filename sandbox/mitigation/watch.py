@@ -67,6 +67,7 @@ class MitigationWatch:
                    for a in self.actions]
         verdict = self.verdict
         if verdict is not None and not sealed:
+            hidden = verdict["reason"].startswith(PUBLIC_REASON)  # "...: <what the stack still runs>"
             verdict = {**verdict, "invariant": None if verdict["invariant"] is None else "still in place",
-                       "reason": PUBLIC_REASON if verdict["invariant"] else verdict["reason"]}
+                       "reason": PUBLIC_REASON if hidden else verdict["reason"]}
         return {"actions": actions, "verdict": verdict, "ttm_s": (verdict or {}).get("ttm_s")}

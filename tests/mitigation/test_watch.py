@@ -97,3 +97,15 @@ def test_an_oracle_that_cannot_read_prometheus_leaves_the_verdict_and_is_asked_a
     record_action(record, {"action": "rollback-deploy", "started": 1060.0}, None, None)
     watch.poll(PAGE, now=1070.0)
     assert watch.verdict is None and watch.unread == "RuntimeError: Prometheus query failed: connection refused"
+
+
+def test_a_verdict_about_other_pages_keeps_its_reason_in_run_json_and_hides_only_what_names_the_cause(tmp_path):
+    record = _record(tmp_path)
+    worse = Verdict("worse", 1100.0, None, ("ServingErrorRateHigh",), 0.0, 0.0, STILL,
+                    "another page fired after the action: ServingErrorRateHigh")
+    watch = MitigationWatch(record, lambda page: Oracle(worse))
+    record_action(record, {"action": "scale-out", "started": 1060.0}, None, None)
+    watch.poll(PAGE, now=1070.0)
+    public = watch.summary(PAGE)["verdict"]
+    assert public["reason"] == "another page fired after the action: ServingErrorRateHigh"
+    assert public["invariant"] == "still in place"
