@@ -6,8 +6,8 @@
 Runs `sandbox drill INCIDENT --variant V --headless --duration D --json` (its own stack, as a candidate's),
 waits for the page in its run.json, applies `sandbox mitigate ACTION` (a replica action takes the first running
 replica), and prints the drill's JSON (the actions, the oracle's verdict and the time to mitigate) with the
-action's own report. The duration must leave the action's rollout and the oracle's 120 s quiet window after
-the page. Not a test: a drill takes minutes (the suite tests the oracle on series of known shape).
+action's own report. The duration must leave the action's rollout, the backlog's drain and the oracle's 120 s
+quiet window after the page (default 840 s of traffic). Not a test: a drill takes minutes (the suite tests the oracle on series of known shape).
 """
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ def main() -> int:
     ap.add_argument("incident")
     ap.add_argument("variant")
     ap.add_argument("action")
-    ap.add_argument("--duration", type=int, default=480)
+    # page ~200 s in, a rollout under load ~70 s, the backlog's drain ~3-4 min, then the oracle's 120 s quiet
+    # window (a prefix-off drill here, 2026-12-04): 510 s was not enough
+    ap.add_argument("--duration", type=int, default=840)
     ap.add_argument("--seed", type=int, default=None)
     args = ap.parse_args()
     cfg = SandboxConfig.from_env()
