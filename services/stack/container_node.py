@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import sys
 import tarfile
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 import httpx
 
 from services.stack import ray_token
+from services.stack.ports import free_block, free_ports
 from services.stack.settings import REPO_ROOT
 
 IMAGE = "sandbox-node:local"
@@ -109,20 +109,6 @@ def remove_image(client) -> None:
         pass
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct ports nothing listens on now (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @dataclass(frozen=True)
 class NodeSpec:
     name: str  # the container's name: neutral, it is what `docker ps` shows
@@ -173,7 +159,7 @@ class ContainerNode:
         ports = free_ports(7)
         # Worker ports: a block of 100 above the others, checked free now (the kernel hands out ephemeral
         # ports high, so a block just above a bound one is rarely taken).
-        ports[-1] = _free_block(100)
+        ports[-1] = free_block(100)
         pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
         volumes = {p: {"bind": p, "mode": "ro"} for p in HOST_MOUNTS if Path(p).exists()}
         volumes[str(REPO_ROOT)] = {"bind": str(REPO_ROOT), "mode": "ro"}
@@ -261,23 +247,6 @@ def alive_nodes(dashboard_url: str, token_file: str | None = None) -> list[dict]
     r.raise_for_status()
     rows = r.json()["data"]["result"]["result"]
     return [n for n in rows if n.get("state") == "ALIVE"]
-
-
-def _free_block(size: int, start: int = 20000, end: int = 30000) -> int:
-    """The first port of `size` consecutive ports nobody is bound to on loopback."""
-    for low in range(start, end, size):
-        if all(_free(p) for p in range(low, low + size)):
-            return low
-    raise NodeError(f"no {size} free consecutive ports between {start} and {end}")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def join_on_loopback(argv: list[str]) -> None:

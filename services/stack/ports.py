@@ -1,4 +1,5 @@
-"""Is a port free, and if not, who holds it: checked before `sandbox up` starts anything.
+"""Is a port free, and if not, who holds it: checked before `sandbox up` starts anything. Also the free ports
+a container node's Ray takes (`free_ports`, `free_block`).
 
 A Prometheus left behind by a killed replay kept 127.0.0.1:9090; the next `up` started its
 own, did not notice it could not bind, and waited 180 s on the old one for replicas it
@@ -29,6 +30,28 @@ def free(host: str, port: int) -> bool:
                 return False
             raise
     return True
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct ports nothing listens on now, chosen by the OS (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_block(size: int, start: int = 20000, end: int = 30000, host: str = "127.0.0.1") -> int:
+    """The first port of `size` consecutive ports nobody holds on `host` (a Ray worker's range)."""
+    for low in range(start, end, size):
+        if all(free(host, p) for p in range(low, low + size)):
+            return low
+    raise PortTaken(f"no {size} free consecutive ports between {start} and {end}")
 
 
 def _listening() -> list[tuple[int, str]]:
