@@ -30,6 +30,7 @@ from sandbox.drill.margins import margin_series
 from sandbox.drill.verify import paging_alerts
 
 RECOVERY_WINDOW_S = 120.0
+STILL_IN_PLACE = "quiet, but the cause is still in place"  # then ": <what the stack still runs>", naming the cause
 ERROR_SLO = 0.01
 STEP_S = 2.0
 _FAILED = 'sum(increase(sandbox_traffic_requests_total{status!~"200|429|499"}[%ds]))'
@@ -96,7 +97,7 @@ class RecoveryOracle:
             outcome, reason = "not recovered", (f"quiet, but {errors:.1%} of requests failed "
                                                 f"(the SLO allows {self.error_slo:.1%})")
         elif still is not None:
-            outcome, reason = "not recovered", f"quiet, but the cause is still in place: {still}"
+            outcome, reason = "not recovered", f"{STILL_IN_PLACE}: {still}"
         else:
             outcome, reason = "recovered", (f"{self.alert} quiet for {self.window_s:g} s from "
                                             f"{quiet_from - self.page_wall:.0f} s after the page")

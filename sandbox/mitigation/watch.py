@@ -9,13 +9,14 @@ mitigate.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
-from sandbox.mitigation.oracle import RecoveryOracle
+from sandbox.mitigation.oracle import STILL_IN_PLACE, RecoveryOracle
 
 JUDGE_EVERY_S = 10.0
-PUBLIC_REASON = "quiet, but the cause is still in place"
+PUBLIC_REASON = STILL_IN_PLACE  # what run.json says of a reason that names what the stack still runs
 
 
 def record_action(record, report: dict, replica: str | None, version: str | None) -> None:
@@ -31,17 +32,16 @@ class MitigationWatch:
         self.actions: list[dict] = []
         self.verdict: dict | None = None
         self._oracle: RecoveryOracle | None = None
-        self._seen = 0
+        self._offset = 0  # bytes of the events file read so far: a drill polls every half second
         self._judged_at = 0.0
         self.unread: str | None = None  # why the oracle could not be asked, the last time it could not
 
     def poll(self, page: dict | None, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        events = [e for e in self.record.events() if e.get("kind") == "mitigation"]
-        for event in events[self._seen:]:
-            self.actions.append({k: event[k] for k in ("action", "started", "replica", "version") if k in event})
-            self.verdict = None  # a new action: the last verdict was about the one before
-        self._seen = len(events)
+        for event in self._new_events():
+            if event.get("kind") == "mitigation":
+                self.actions.append({k: event[k] for k in ("action", "started", "replica", "version") if k in event})
+                self.verdict = None  # a new action: the last verdict was about the one before
         if page is None or not self.actions or self._settled() or now - self._judged_at < JUDGE_EVERY_S:
             return
         if self._oracle is None:
@@ -53,6 +53,18 @@ class MitigationWatch:
             self.verdict = self._oracle.judge(self.actions[-1]["started"], now).to_dict()
         except (RuntimeError, OSError, ValueError) as e:  # Prometheus unreachable a moment: ask again next time
             self.unread = f"{type(e).__name__}: {e}"
+
+    def _new_events(self) -> list[dict]:
+        """The events appended since the last poll (whole lines only: a writer may be midway through one)."""
+        try:
+            with open(self.record.events_file, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        whole = chunk[:chunk.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
     def _settled(self) -> bool:
         return self.verdict is not None and self.verdict["outcome"] in ("recovered", "worse")
