@@ -1,5 +1,6 @@
-# Over 300 lines (about 375): start and end are one ledger, each step that acquires something pushes its
-# closer right there; split across files, the pairs would no longer read together.
+# Over 300 lines (about 370): start and end are one ledger, each step that acquires something pushes its
+# closer right there; split across files, the pairs would no longer read together. The SLO steps (calibration,
+# the baseline's thresholds) are their own class in slos.py, which hands its closer back to push here.
 """One drill, start to finish: stack, traffic, canaries, the timeline, the page, the record, the clean-up.
 
 Invariants, whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP, a closed output; only a signal during
@@ -23,9 +24,6 @@ from pathlib import Path
 from faults.base import FaultContext, revert_all
 from faults.journal import SUFFIX as JOURNAL_SUFFIX
 from faults.journal import FaultJournal
-from incidents.schema import IncidentError, knee_profiles, load_catalogue
-from sandbox.calibration import baseline_slos
-from sandbox.calibration.calibrator import calibrate_stack, install_thresholds
 from sandbox.canary import process as canary_process
 from sandbox.drill.closers import Closers
 from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
@@ -35,15 +33,16 @@ from sandbox.drill.pager import Pager
 from sandbox.drill.plan import make_plan
 from sandbox.drill.record import DRILL_FILE, RunRecord, new_run_id, write_atomic
 from sandbox.drill.settings import DrillResult, DrillSettings
+from sandbox.drill.slos import DrillSlos
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.drill.verify import family
 from sandbox.mitigation.oracle import RecoveryOracle
 from sandbox.mitigation.watch import MitigationWatch
 from sandbox.traffic.exporter import TrafficExporter
-from services.stack.alerts import active_alerts, longest_window_s
+from services.stack.alerts import active_alerts
 from services.stack.container_node import unrunnable
 from services.stack.progress import Steps
-from services.stack.prometheus import PrometheusClient, PrometheusError
+from services.stack.prometheus import PrometheusClient
 from services.stack.settings import SandboxConfig
 from services.stack.stack import Stack
 from services.stack.state import NoStackError, StackState
@@ -79,11 +78,7 @@ class Drill:
         self.prom: PrometheusClient | None = None
         self.t0_wall: float | None = None
         self.ctx = None  # faults.base.FaultContext, one for the whole drill
-        self.calibration = None  # sandbox.calibration.capacity.Calibration, when the plan's rates need one
-        self.thresholds: dict[str, float] = {}  # what the calibration installed for this drill's base load
-        self._quiet_until = 0.0  # monotonic time before which traffic would start in a calibration's wake
-        self._slo_window: tuple[float, float] | None = None  # traffic seconds whose readings set the thresholds
-        self._unset = False  # the latency thresholds are unset (+Inf) until the baseline sets them
+        self.slos = DrillSlos(cfg, self.steps)  # the calibration, and the thresholds the baseline sets
         # The timeline's end: the plan's, moved on by as long as the injection took to land, so a fault that
         # waits on a rollout (a deploy under load on one CPU took past the plan's end) gets its whole window.
         self.end_s = self.plan.duration_s
@@ -127,7 +122,7 @@ class Drill:
         self.prom = PrometheusClient(self.state.prometheus_url)
         self.closers.push("prometheus client", self.prom.close)
         if self.plan.unresolved_profiles():
-            self._calibrate()
+            self.plan = self.slos.calibrate(self.state, self.plan)
         self.pager = Pager(self.prom, self.incident.page.alert, self.incident.page.report, self.plan.inject_at_s,
                            self._paged)
         # run.json names the incident from the page on (the page names its symptom): not before.
@@ -149,8 +144,8 @@ class Drill:
                 self._apply(*self.setup, "setup")
             self.state = StackState.load(self.cfg.state_file)
             self.record.event("deploy", None, version=self.state.version)
-            if self.calibration is not None and family(self.incident) == "latency":
-                self._calibrate_baseline()
+            if self.slos.calibration is not None and family(self.incident) == "latency":
+                self.slos.calibrate_baseline(self.state, self.plan)
         with self.steps.step("starting canary probers"):
             canary = canary_process.launch(self.state.api_url, self.state.model_name, self.state.targets_dir,
                                            self.record.dir / "canary.log")
@@ -161,29 +156,14 @@ class Drill:
         # Pushed before traffic, so traffic stops first: a revert under load (a replica rebuilt, a rollback
         # deploy) took minutes on a busy 2-core machine, and once the drill ends nobody is served anyway.
         self._revert_phase_on_close("timeline")
-        if (wait := self._quiet_until - time.monotonic()) > 0:
-            # A baseline read through windows that still hold the sweep's ceiling is not a healthy baseline
-            # (one replica's 1m TTFT p99 read 2.2 s against 0.7 s a minute later, right after a calibration).
-            with self.steps.step(f"letting the calibration's load leave the alerts' windows ({wait:.0f}s)"):
-                while (wait := self._quiet_until - time.monotonic()) > 0:
-                    time.sleep(min(wait, 0.5))
-        # A calibrated drill's latency thresholds come from its own healthy baseline, read before anything changes;
-        # until then they are unset (baseline_slos.unset), so the calibration's cannot page a slower day's baseline
-        self._slo_window = baseline_slos.window(self.plan.quiet_until_s()) if self.calibration is not None else None
-        if self._slo_window is not None:
-            install_thresholds(self.state, self.calibration, baseline_slos.unset(self.thresholds),
-                               "latency thresholds unset until this drill's baseline sets them "
-                               "(sandbox/calibration/baseline_slos.py)")
-            self._unset = True
-            self.closers.push("the latency thresholds", lambda: self._restore_thresholds("the drill ended first"))
+        self.slos.wait_quiet()
+        if (restore := self.slos.unset_until_baseline(self.state, self.plan)) is not None:
+            self.closers.push("the latency thresholds", restore)
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
                                      exporter, open_ended=self.settings.open_ended, wait_for_landing=True).start()
         self.closers.push("traffic", self._stop_traffic)
         self.t0_wall = time.time()
-        self.record.update_public(traffic_started=self.t0_wall, calibration=None if self.calibration is None else {
-            "measured_at": self.calibration.measured_at, "knees_rps": self.calibration.knees(),
-            "ceilings_rps": self.calibration.ceilings(),
-            "thresholds": self.thresholds})
+        self.record.update_public(traffic_started=self.t0_wall, calibration=self.slos.summary())
         self.record.event("traffic started", 0.0)
 
     def _stack(self) -> StackState:
@@ -208,63 +188,6 @@ class Drill:
             self.closers.push("the stack", self._stop_stack)
         return Stack(self.cfg, self.steps).up(container_nodes=1 if self.node == "container" else 0)
 
-    def _calibrate(self) -> None:
-        """Rates in knee units need this stack's capacity: the cached calibration, or a new one (saved for
-        the next drill), for every profile of the catalogue; its thresholds go into Prometheus."""
-        profiles = set(self.plan.unresolved_profiles())
-        try:
-            profiles |= set(knee_profiles(load_catalogue(self.cfg.incidents).values()))
-        except IncidentError:
-            pass  # the drill's own incident is valid; its profiles are enough
-        cal, self.thresholds, measured = calibrate_stack(
-            self.cfg, self.state, sorted(profiles), self.steps,
-            load_share=lambda c: self.plan.resolved(c.knees(), c.ceilings()).base_share(c.ceilings()))
-        self.plan = self.plan.resolved(cal.knees(), cal.ceilings())
-        self.calibration = cal
-        if measured:  # the sweep's load is in every rate window the alerts read, until it has aged out
-            self._quiet_until = time.monotonic() + longest_window_s()
-
-    def _calibrate_baseline(self) -> None:
-        """The SLOs of the settings this incident's baseline runs (its setup deploy changed them), measured on
-        that config at the machine calibration's loads (one at a time, busy; cached like any calibration): a
-        healthy baseline is judged by its own latency, and the plan's rates stay the machine's. On one CPU, speculative
-        decoding (tpot-regression's baseline) costs more than it saves: its healthy median TPOT read 1.45x the
-        SLO measured on the default config, where on two CPUs the two are alike. Only a latency page's drill
-        does this: the SLOs are what its page is judged against, while an error page's baseline (oom-at-peak's
-        memory budget) has stayed quiet under the machine's SLOs in every run, and the measurement and the wait
-        for its load to leave the alerts' windows cost it 80 s (the suite's verify subset 321 -> 397 s)."""
-        _, self.thresholds, measured = calibrate_stack(
-            self.cfg, self.state, sorted(self.calibration.profiles), self.steps,
-            load_share=lambda c: self.plan.base_share(c.ceilings()), loads=self.calibration,
-            measure_at=self.plan.base_share(self.calibration.ceilings()))
-        if measured:
-            self._quiet_until = time.monotonic() + longest_window_s()
-
-    def _thresholds_from_baseline(self) -> None:
-        seconds, self._slo_window = self._slo_window, None
-        try:
-            self.thresholds = baseline_slos.install_from_baseline(self.prom, self.state, self.calibration,
-                                                                  self.thresholds, self.t0_wall, seconds)
-        except (PrometheusError, RuntimeError) as e:  # the calibration's thresholds again: a drill, not a failure
-            self._restore_thresholds(f"the baseline could not be read ({e})")
-            return
-        self._unset = False
-        self.record.update_public(baseline_thresholds=self.thresholds)
-        self.record.event("thresholds set from the baseline", self.traffic.elapsed())
-
-    def _restore_thresholds(self, why: str) -> list[str]:
-        """The calibration's thresholds back in place of unset ones (a drill that ends, or whose baseline
-        cannot be read, before its own are set: a stack kept up must not stay without latency alerts)."""
-        if not self._unset:
-            return []
-        try:
-            install_thresholds(self.state, self.calibration, self.thresholds, f"the calibration's thresholds: {why}")
-        except (PrometheusError, RuntimeError, OSError) as e:
-            return [f"the latency thresholds stay unset: {e}"]
-        self._unset = False
-        self.steps.note(f"the thresholds are the calibration's: {why}")
-        return []
-
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
         """A reused stack may still be paging about an earlier drill: the baseline starts after it stops."""
         prom = PrometheusClient(state.prometheus_url)
@@ -288,8 +211,9 @@ class Drill:
             if t >= next_note:
                 self.steps.note(f"[dim]{self.traffic.progress(t)}  version {self.state.version}[/dim]")
                 next_note += 30.0
-            if self._slo_window is not None and t >= self._slo_window[1]:
-                self._thresholds_from_baseline()
+            if self.slos.due(t) and self.slos.from_baseline(self.prom, self.t0_wall):
+                self.record.update_public(baseline_thresholds=self.slos.thresholds)
+                self.record.event("thresholds set from the baseline", self.traffic.elapsed())
             while pending and pending[0][0].at_s <= t:
                 event, faults = pending.pop(0)
                 self._inject(event, faults)
