@@ -36,6 +36,7 @@ from sandbox.drill.settings import DrillResult, DrillSettings
 from sandbox.drill.slos import DrillSlos
 from sandbox.drill.traffic_runner import TrafficRunner
 from sandbox.drill.verify import family
+from sandbox.mitigation.load import excess_load
 from sandbox.mitigation.oracle import RecoveryOracle
 from sandbox.mitigation.watch import MitigationWatch
 from sandbox.traffic.exporter import TrafficExporter
@@ -288,6 +289,10 @@ class Drill:
 
     def _cause_in_place(self) -> str | None:
         """Why the injected mechanism is still in the stack, as the stack shows it now; None once it is gone."""
+        if self.incident.variants[self.plan.variant].traffic is not None:
+            # the cause is the clients' traffic, which no action takes away (its faults, a harmless deploy, are
+            # decoys): in place while the fleet does not keep up with it (sandbox/mitigation/load.py)
+            return excess_load(self.prom)
         self.ctx.state = StackState.load(self.cfg.state_file)
         for fault in self.injected["timeline"]:
             try:

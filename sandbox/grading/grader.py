@@ -248,6 +248,14 @@ class Grader:
                                  "acted: no-action, the right call on a healthy stack")
             return Criterion("remediation", 0, POINTS["remediation"],
                              f"acted: {done}; made it worse: a change to a healthy stack, with nothing to fix")
+        if actions and set(actions) == {"no-action"} and "no-action" in right:
+            # the cause is outside the stack (the clients' traffic changed): leaving the stack as it is was the call,
+            # and no SLO comes back for it
+            full = right[0] == "no-action"
+            return Criterion("remediation", POINTS["remediation"] if full else POINTS["remediation"] // 2,
+                             POINTS["remediation"], "acted: no-action, " + (
+                                 "the key's first remedy: nothing in the stack to undo" if full else
+                                 "an accepted remedy, not the best"))
         outcome = verdict.get("outcome")
         if outcome == "recovered":
             ttm = verdict.get("ttm_s")

@@ -106,3 +106,20 @@ def test_on_the_control_no_action_earns_all_ten_and_any_change_is_graded_as_maki
         assert remediation("no-action") == (10, "acted: no-action, the right call on a healthy stack")
         assert remediation("restart-replica") == \
             (0, "acted: restart-replica; made it worse: a change to a healthy stack, with nothing to fix")
+
+
+def test_where_the_traffic_changed_no_action_earns_all_ten_and_rolling_back_the_harmless_deploy_nothing():
+    run = Path(__file__).parent / "fixtures" / "20261130-174259-ttft-after-deploy"  # prompts-grew: a decoy deploy
+    recorded = RecordedRun(run, run.parent / f"{run.name}.key")
+    assert recorded.sealed["variant"] == "prompts-grew"
+    incident = load_catalogue(ROOT / "incidents")[recorded.incident_id]
+    good = load_diagnosis(run / "golden" / "good.yaml")
+    with RecordedPrometheus(run / "prometheus") as prom:
+        def remediation(*actions, verdict=None):
+            c = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], recorded.windows(), prom,
+                       mitigation=_acted(*actions, verdict=verdict)).remediation(good)
+            return c.points, c.sentence
+        assert remediation("no-action") == (10, "acted: no-action, the key's first remedy: nothing in the stack to undo")
+        still = "quiet, but the cause is still in place"
+        assert remediation("rollback-deploy", verdict=_verdict("not recovered", reason=still)) == \
+            (0, f"acted: rollback-deploy; not recovered: {still}")
