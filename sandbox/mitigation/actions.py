@@ -2,11 +2,10 @@
 
 Every action checks its input against the stack first (`Refused`: a ValueError, nothing changed) and then acts:
 a rolling deploy (a rollback or a setting change, as `sandbox deploy` does), a replica's actor killed so that
-Serve replaces its process, one more replica, an admission limit at the ingress, or the replicas' CPU quota
-lifted. `mitigate` dispatches by id; each returns a report (a dict) of what it did.
-
-Not here yet: `drain-replica` (Serve has no per-replica drain to drive; a replica that fails its health
-checks once idle would be one), so it is refused as unavailable, naming `restart-replica`.
+Serve replaces its process, a replica drained (its health check fails, so Serve routes it nothing new, lets what
+it has in flight finish and replaces it: what a failing readiness probe does behind a load balancer), one more
+replica, an admission limit at the ingress, or the replicas' CPU quota lifted. `mitigate` dispatches by id; each
+returns a report (a dict) of what it did.
 """
 from __future__ import annotations
 
@@ -50,8 +49,6 @@ def check_options(action: str, replica: str | None = None, version: str | None =
         raise Refused(f"{action} needs --replica (the replica's id, as the metrics' `replica` label shows it)")
     if limit is not None and limit < 1:
         raise Refused(f"--limit must be a positive number of requests, got {limit}")
-    if action == "drain-replica":
-        raise Refused("drain-replica is not available yet: restart-replica replaces a replica's process")
 
 
 def mitigate(action: str, cfg: SandboxConfig, state: StackState, *, replica: str | None = None,
@@ -73,6 +70,8 @@ def mitigate(action: str, cfg: SandboxConfig, state: StackState, *, replica: str
         with FaultContext(cfg, state, timeout_s=timeout_s) as ctx:
             if action == "restart-replica":
                 report = restart_replica(ctx, replica, steps, timeout_s)
+            elif action == "drain-replica":
+                report = drain_replica(ctx, replica, steps, timeout_s)
             elif action == "scale-out":
                 report = scale_out(ctx, steps, timeout_s)
             else:
@@ -128,27 +127,53 @@ def _replica_rows(ctx: FaultContext) -> list[dict]:
     return [r for r in ctx.serve().replicas(ctx.state.app_name, SERVER) if r.get("state") == "RUNNING"]
 
 
-def restart_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: float) -> dict:
-    """Kill the replica's actor; Serve's controller starts a new one on the deployed config (without any
-    settings of its own, outside any CPU group it was moved to). Returns once the fleet is whole again."""
+def _running_row(ctx: FaultContext, replica: str) -> tuple[dict, list[dict]]:
     rows = _replica_rows(ctx)
     row = next((r for r in rows if r.get("replica_id") == replica), None)
     if row is None:
         running = ", ".join(sorted(str(r.get("replica_id")) for r in rows)) or "none"
         raise Refused(f"no running replica {replica!r} (running: {running})")
+    return row, rows
+
+
+def _replaced(ctx: FaultContext, replica: str, rows: list[dict], timeout_s: float, what: str) -> dict:
+    """Waits until `replica` is gone and the fleet has as many running replicas as before."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ids = {r.get("replica_id") for r in _replica_rows(ctx)}
+        if replica not in ids and len(ids) >= len(rows):
+            return {"replica": replica, "replaced_by": sorted(ids - {r.get("replica_id") for r in rows})}
+        time.sleep(0.5)
+    raise RuntimeError(f"replica {replica} was {what}, but Serve had not replaced it after {timeout_s:.0f}s")
+
+
+def restart_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: float) -> dict:
+    """Kill the replica's actor; Serve's controller starts a new one on the deployed config (without any
+    settings of its own, outside any CPU group it was moved to). What it had in flight fails. Returns once the
+    fleet is whole again."""
+    row, rows = _running_row(ctx, replica)
     import ray
 
     ctx.connect_ray()
-    want = len(rows)
     with steps.step(f"restarting replica {replica}"):
         ray.kill(ray.get_actor(row["actor_name"], namespace="serve"), no_restart=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ids = {r.get("replica_id") for r in _replica_rows(ctx)}
-            if replica not in ids and len(ids) >= want:
-                return {"replica": replica, "replaced_by": sorted(ids - {r.get("replica_id") for r in rows})}
-            time.sleep(0.5)
-    raise RuntimeError(f"replica {replica} was killed, but Serve had not replaced it after {timeout_s:.0f}s")
+        return _replaced(ctx, replica, rows, timeout_s, "killed")
+
+
+def drain_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: float) -> dict:
+    """The replica fails its health checks from now on (services/serve/replica_runtime.py): after three (about
+    6 s) Serve routes it nothing new, lets what it has in flight finish (its graceful shutdown) and starts a
+    replacement on the deployed config. Slower than a restart, and nothing in flight is lost. Returns once the
+    fleet is whole again."""
+    _, rows = _running_row(ctx, replica)
+    import ray
+
+    runtime = ctx.runtime()
+    with steps.step(f"draining replica {replica}"):
+        ray.get(runtime.drain.remote(replica))
+        report = _replaced(ctx, replica, rows, timeout_s, "draining")  # on a timeout it goes on draining
+    ray.get(runtime.forget.remote(replica))  # gone: its id is never used again
+    return report
 
 
 def scale_out(ctx: FaultContext, steps: Steps, timeout_s: float) -> dict:

@@ -127,6 +127,8 @@ class LLMServer:
                 self.loop.abort(rid)
 
     def check_health(self) -> None:
+        if self.watcher.draining:  # Serve stops routing here, lets what is in flight finish, and replaces us
+            raise RuntimeError("draining: asked to stop taking requests")
         self.loop.check_health()
 
     async def info(self) -> dict:

@@ -7,12 +7,18 @@ per replica id, each change with a new generation number.
 
     operator ──put(replica, {field: value})──▶ ReplicaRuntime ◀──get(replica)── RuntimeWatcher (every replica, ~1 Hz)
     operator ◀──status(replica): applied generation, error── ReplicaRuntime ◀──report(replica, gen, error)──┘
+    operator ──drain(replica)──▶ ReplicaRuntime ◀──draining(replica)── RuntimeWatcher ──▶ check_health() fails
 
 A replica whose settings changed rebuilds its engine from
 `dataclasses.replace(deployed_config, **settings)` (EngineLoop.rebuild: same
 process, running requests finish first). Settings are keyed by Serve's replica
 id, which a restarted replica does not keep: a replacement starts from the
 deployment's config, as a restarted machine would.
+
+A drain (`sandbox mitigate drain-replica`) is a readiness probe gone red, as a
+load balancer drains a backend: the replica's health check fails from then
+on, so Serve stops routing to it, lets its requests in flight finish (its
+graceful shutdown), and starts a replacement on the deployed config.
 
 The replicas create the actor (get-if-exists) when they start, so it is part
 of every running stack; `ray stop` ends it with the cluster.
@@ -33,6 +39,7 @@ class ReplicaRuntime:
         self._generation = 0
         self._settings: dict[str, tuple[int, dict]] = {}  # replica -> (generation, settings)
         self._reports: dict[str, tuple[int, str | None]] = {}  # replica -> (generation applied, error)
+        self._draining: set[str] = set()
 
     def put(self, replica: str, settings: dict) -> int:
         """Give `replica` these settings ({} = the deployment's own); the generation to wait for."""
@@ -51,9 +58,17 @@ class ReplicaRuntime:
         applied, error = self._reports.get(replica, (0, None))
         return {"generation": generation, "settings": settings, "applied": applied, "error": error}
 
+    def drain(self, replica: str) -> None:
+        """From now on `replica` fails its health checks: Serve routes it nothing new and replaces it."""
+        self._draining.add(replica)
+
+    def draining(self, replica: str) -> bool:
+        return replica in self._draining
+
     def forget(self, replica: str) -> None:
         self._settings.pop(replica, None)
         self._reports.pop(replica, None)
+        self._draining.discard(replica)
 
 
 _remote_class = None
@@ -82,6 +97,7 @@ class RuntimeWatcher:
         self.rpc_timeout_s = rpc_timeout_s
         self.applied_generation = 0
         self.settings: dict = {}
+        self.draining = False  # once asked to drain, for good: this process is on its way out
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runtime-config", daemon=True)
 
@@ -104,6 +120,8 @@ class RuntimeWatcher:
             self._stop.wait(self.interval_s)
 
     def poll(self, actor) -> None:
+        if not self.draining:
+            self.draining = ray.get(actor.draining.remote(self.replica), timeout=self.rpc_timeout_s)
         generation, settings = ray.get(actor.get.remote(self.replica), timeout=self.rpc_timeout_s)
         if generation == self.applied_generation:
             return
