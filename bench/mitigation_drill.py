@@ -2,10 +2,12 @@
 
     .venv/bin/python bench/mitigation_drill.py ttft-after-deploy prefix-off rollback-deploy > best.json
     .venv/bin/python bench/mitigation_drill.py ttft-after-deploy prefix-off restart-replica > wrong.json
+    .venv/bin/python bench/mitigation_drill.py slow-replica throttled drain-replica --replica injected > best.json
 
 Runs `sandbox drill INCIDENT --variant V --headless --duration D --json` (its own stack, as a candidate's),
 waits for the page in its run.json, applies `sandbox mitigate ACTION` (a replica action takes the first running
-replica), and prints the drill's JSON (the actions, the oracle's verdict and the time to mitigate) with the
+replica, or with `--replica injected` the one the fault went to, read from the sealed record as only this
+script may, or `--replica other` one it did not), and prints the drill's JSON (the actions, the oracle's verdict and the time to mitigate) with the
 action's own report. The duration must leave the action's rollout, the backlog's drain and the oracle's 120 s
 quiet window after the page (default 840 s of traffic). Not a test: a drill takes minutes (the suite tests the oracle on series of known shape).
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sandbox.drill.record import running_drill
+from sandbox.drill.record import RunRecord, running_drill
 from services.stack.deploy_config import SERVER
 from services.stack.serve_control import ServeControl
 from services.stack.settings import SandboxConfig
@@ -39,6 +41,8 @@ def main() -> int:
     # window (a prefix-off drill here, 2026-12-04): 510 s was not enough
     ap.add_argument("--duration", type=int, default=840)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--replica", choices=("first", "injected", "other"), default="first",
+                    help="the replica a replica action takes")
     args = ap.parse_args()
     cfg = SandboxConfig.from_env()
     argv = [SANDBOX, "drill", args.incident, "--variant", args.variant, "--headless", "--duration",
@@ -58,7 +62,10 @@ def main() -> int:
                                  if r.get("state") == "RUNNING")
                 finally:
                     ctl.close()
-                extra = ["--replica", ids[0]]
+                injected = RunRecord.open(Path(info["run_dir"]), cfg.keys_dir).unseal()["answer"]["location"]["replica"]
+                pick = {"first": ids[0], "injected": injected,
+                        "other": next((i for i in ids if i != injected), ids[0])}[args.replica]
+                extra = ["--replica", pick]
             out = subprocess.run([SANDBOX, "mitigate", args.action, *extra, "--json"], capture_output=True,
                                  text=True, check=False)
             action = {"rc": out.returncode, "report": out.stdout.strip() or " ".join(out.stderr.split())[-300:],
