@@ -42,6 +42,8 @@ from sandbox.mitigation.watch import MitigationWatch
 from sandbox.traffic.exporter import TrafficExporter
 from services.stack.alerts import active_alerts
 from services.stack.container_node import unrunnable
+from services.stack.deploy_config import DeployConfig
+from services.stack.deployer import deploy_config
 from services.stack.progress import Steps
 from services.stack.prometheus import PrometheusClient
 from services.stack.settings import SandboxConfig
@@ -83,6 +85,7 @@ class Drill:
         # The timeline's end: the plan's, moved on by as long as the injection took to land, so a fault that
         # waits on a rollout (a deploy under load on one CPU took past the plan's end) gets its whole window.
         self.end_s = self.plan.duration_s
+        self._stops_stack = False  # whether the drill stops the stack it ends on (it started it, no --keep-up)
 
     # -- the whole drill ---------------------------------------------------------
     def run(self) -> DrillResult:
@@ -139,6 +142,8 @@ class Drill:
                                          "mode": self.settings.mode, "started": time.time()}))
         self.closers.push("the drill marker", lambda: marker.unlink(missing_ok=True))
         self._fault_context()
+        if not self._stops_stack:  # a stack that outlives the drill is handed back as the drill found it
+            self.closers.push("the changes made during the drill", self._as_found(self.state))
         if self.setup is not None:
             self._revert_phase_on_close("setup")
             with self.steps.step("deploying this incident's baseline settings"):
@@ -187,6 +192,7 @@ class Drill:
             pass
         if not self.settings.keep_up:  # before `up`: a stack that came up halfway is stopped too
             self.closers.push("the stack", self._stop_stack)
+            self._stops_stack = True
         return Stack(self.cfg, self.steps).up(container_nodes=1 if self.node == "container" else 0)
 
     def _wait_quiet(self, state: StackState, timeout_s: float = 150.0) -> None:
@@ -340,6 +346,26 @@ class Drill:
         self.record.update_public(status=status, ended=time.time(), error=error if status == "failed" else None,
                                   incident=self.incident.id, mitigation=self.mitigation_summary)
         return problems
+
+    def _as_found(self, state: StackState):
+        """The closer that puts back the deployed config as it was before the drill, where the candidate's
+        actions left it changed once the faults are reverted (an admission limit, a replica added, a setting put
+        back under a new version): the next drill on this stack starts from what the stack ran."""
+        found = DeployConfig.load(Path(state.deployed_config))
+
+        def put_back() -> list[str]:
+            if self.mitigation is None or not self.mitigation.actions:
+                return []
+            now = StackState.load(self.cfg.state_file)
+            if DeployConfig.load(Path(now.deployed_config)).data == found.data:
+                return []
+            try:
+                with self.steps.step("putting back the deployed config the drill began with"):
+                    deploy_config(self.cfg, now, found, self.ctx.timeout_s, what="as before the drill")
+            except (RuntimeError, ValueError, OSError) as e:
+                return [f"the deployed config as the drill found it: {e}"]
+            return []
+        return put_back
 
     def _stop_stack(self) -> list[str]:
         try:
