@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from services.stack import ray_token
 from services.stack.compose_cluster import COMPOSE_FILE, serve_config, stack_state
 from services.stack.progress import Steps
 from services.stack.prometheus import PrometheusClient
@@ -114,9 +115,14 @@ class ComposeBackend:
         return [*(binary or compose_binary(self.env)), "-f", str(self.compose_file), "-p", PROJECT, *args]
 
     def compose_env(self) -> dict[str, str]:
-        """compose.yaml's variables: where the shared directory is, whose files the containers write."""
+        """compose.yaml's variables: where the shared directory is, whose files the containers write, the file of
+        the Ray token its nodes run with (made once per user, 0600: services/stack/ray_token.py)."""
         return {**self.env, "SANDBOX_COMPOSE_DIR": str(self.dir.resolve()),
-                "SANDBOX_UID": str(os.getuid()), "SANDBOX_GID": str(os.getgid())}
+                "SANDBOX_UID": str(os.getuid()), "SANDBOX_GID": str(os.getgid()),
+                ray_token.FILE_VAR: str(self.token_file())}
+
+    def token_file(self) -> Path:
+        return ray_token.ensure(Path(self.env[ray_token.FILE_VAR]) if self.env.get(ray_token.FILE_VAR) else None)
 
     def check(self) -> list[str]:
         """Compose binary and engine, before anything starts; returns the compose argv prefix."""
@@ -148,7 +154,7 @@ class ComposeBackend:
         try:
             with self.steps.step("docker compose up -d (builds the project image the first time)"):
                 self._run(self.command("up", "-d", binary=binary), "compose.log")
-            state = stack_state(self.cfg, deploy, self.dir, config_path)
+            state = stack_state(self.cfg, deploy, self.dir, config_path, self.token_file())
             state.prometheus_pid = self._container_pid("prometheus")
             if not pid_alive(state.prometheus_pid):
                 raise RuntimeError("the Prometheus container's process is not in this machine's process table "

@@ -11,12 +11,14 @@ Prometheus container scrapes the host's traffic generators and canary probers.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from services.stack import ray_token
 from services.stack.alerts import rule_files
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
 from services.stack.prometheus_config import render
@@ -79,8 +81,10 @@ def serve_config(serve_config_path: Path, replicas: int | None = None) -> Deploy
     return deploy
 
 
-def stack_state(cfg: SandboxConfig, deploy: DeployConfig, run_dir: Path, config_path: Path):
-    """The state file every `sandbox` command reads, naming the compose cluster's addresses."""
+def stack_state(cfg: SandboxConfig, deploy: DeployConfig, run_dir: Path, config_path: Path,
+                token_file: Path | str | None = None):
+    """The state file every `sandbox` command reads, naming the compose cluster's addresses and, where the cluster
+    runs with token authentication (compose.yaml's ray-token secret), the token's file as this side sees it."""
 
     head = PORTS["ray-head"]
     return StackState(run_id=time.strftime("%Y%m%d-%H%M%S"), run_dir=str(run_dir), ray_started=False,
@@ -88,7 +92,8 @@ def stack_state(cfg: SandboxConfig, deploy: DeployConfig, run_dir: Path, config_
                       api_url=f"http://{HOST}:{head['api']}",
                       prometheus_url=f"http://{HOST}:{PORTS['prometheus']['http']}",
                       app_name=deploy.app_name, model_name=deploy.model_name, deployed_config=str(config_path),
-                      version=deploy.version, replicas=deploy.replicas)
+                      version=deploy.version, replicas=deploy.replicas,
+                      ray_token_file=None if token_file is None else str(token_file))
 
 
 def deploy(cfg: SandboxConfig, run_dir: Path) -> None:
@@ -98,7 +103,8 @@ def deploy(cfg: SandboxConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "targets").mkdir(exist_ok=True)
     config_path = run_dir / "serve_config.yaml"
-    state = stack_state(cfg, config, run_dir, config_path)
+    token = os.environ.get(ray_token.FILE_VAR)  # the secret compose.yaml mounts
+    state = stack_state(cfg, config, run_dir, config_path, token)
     ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
     try:
         ctl.wait_dashboard(cfg.up_timeout_s)

@@ -53,7 +53,7 @@ def headers(token_file: str | Path | None) -> dict[str, str]:
 
 def use_in_driver(token_file: str | Path | None) -> None:
     """Before `ray.init(address=...)` in this process: token mode and the token's file for a cluster that has
-    them, neither for one that has not (a cluster joined with `up --address`, the compose stack). Ray reads the
+    them, neither for one that has not (a cluster joined with `up --address`). Ray reads the
     mode into its config when it is imported, so the config is read again with the variables as they are now."""
     from ray._raylet import Config
 
@@ -63,3 +63,7 @@ def use_in_driver(token_file: str | Path | None) -> None:
         else:
             os.environ[key] = value
     Config.initialize("")
+
+
+if __name__ == "__main__":  # `python3 -m services.stack.ray_token`: the file's path (made if need be), never the token
+    print(ensure())

@@ -124,6 +124,8 @@ def test_the_commands_name_the_repos_compose_file_and_project_and_docker_compose
     env = backend.compose_env()
     assert env["SANDBOX_COMPOSE_DIR"] == str((tmp_path / "home" / "compose").resolve())
     assert env["SANDBOX_UID"] == str(os.getuid())
+    token = Path(env["SANDBOX_RAY_TOKEN_FILE"])  # the user's token file, made if there was none: 0600
+    assert token.is_file() and token.stat().st_mode & 0o777 == 0o600
     out = subprocess.run(backend.command("config", binary=binary), env=env, capture_output=True, text=True,
                          timeout=60, cwd=tmp_path, check=False)
     assert out.returncode == 0, out.stderr

@@ -4,6 +4,7 @@ No registry is reachable here, so the images are never pulled or built: the file
 docker-compose (`config`), against the specification's JSON Schema that package ships, and structurally.
 """
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -52,9 +53,32 @@ def _mounts(service: dict) -> dict[str, str]:
 @pytest.mark.parametrize("profile", [None, "gpu"])
 def test_docker_compose_accepts_the_file(tmp_path, profile):
     args = [DOCKER_COMPOSE, "-f", str(COMPOSE), *(["--profile", profile] if profile else []), "config"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
+    env = {"PATH": os.environ["PATH"], "SANDBOX_RAY_TOKEN_FILE": str(tmp_path / "ray-token")}
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert set(yaml.safe_load(out.stdout)["services"]) == SERVICES  # v1 lists profiled services too
+
+
+@needs_compose
+def test_without_the_ray_token_files_variable_compose_refuses_the_file_saying_how_to_set_it(tmp_path):
+    out = subprocess.run([DOCKER_COMPOSE, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, env={"PATH": os.environ["PATH"]}, check=False)
+    assert out.returncode != 0
+    assert "export SANDBOX_RAY_TOKEN_FILE=$(python3 -m services.stack.ray_token)" in out.stderr
+
+
+def test_every_ray_node_and_the_controller_run_with_the_token_from_the_secret_and_never_the_token_itself():
+    services = _services()
+    assert yaml.safe_load(COMPOSE.read_text())["secrets"]["ray-token"]["file"].startswith("${SANDBOX_RAY_TOKEN_FILE:?")
+    for name in ("ray-head", "ray-worker", "ray-worker-gpu"):
+        env = services[name]["environment"]
+        assert (env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN_PATH"]) == ("token", "/run/secrets/ray-token"), name
+        assert services[name]["secrets"] == ["ray-token"], name
+    assert services["sandbox"]["environment"]["SANDBOX_RAY_TOKEN_FILE"] == "/run/secrets/ray-token"
+    assert services["sandbox"]["secrets"] == ["ray-token"]
+    # the head's healthcheck asks Serve's REST API, which now wants the token: it sends it, read from the secret
+    assert "'Bearer ' + open('/run/secrets/ray-token')" in services["ray-head"]["healthcheck"]["test"][-1]
+    assert "RAY_AUTH_TOKEN:" not in COMPOSE.read_text()  # the token's value is never in the file or the env
 
 
 @needs_compose
