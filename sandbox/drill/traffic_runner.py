@@ -13,7 +13,10 @@ A variant's traffic change (a decoy: the prompts grew) begins when the drill say
 have landed (`landed()`), with `wait_for_landing`; without it, at the planned injection time.
 
 A batch job (a peak with `concurrency`) runs beside the base traffic: that
-many clients, each sending its next request as soon as its last one ends.
+many clients, each sending its next request as soon as its last one ends, and,
+refused with a 429, after a back-off first, as the `openai` client does
+(`backoff_s`): a job's clients that resent at once would spend the CPU of a
+2-core machine on refusals (shed-load under a surge: 33 refusals a second).
 """
 from __future__ import annotations
 
@@ -27,6 +30,14 @@ import httpx
 
 from incidents.profiles import get_profile
 from sandbox.traffic.generator import RequestResult, TrafficStats, send_request
+
+
+def backoff_s(refused: int, u: float) -> float:
+    """Seconds to wait after the `refused`-th 429 in a row, `u` uniform in [0, 1): the `openai` client's
+    schedule (0.5 s doubling, at most 8 s, less up to a quarter of jitter)."""
+    if refused < 1 or not 0 <= u < 1:
+        raise ValueError(f"refused must be >= 1 and u in [0, 1), got {refused!r}, {u!r}")
+    return min(0.5 * 2 ** (refused - 1), 8.0) * (1 - 0.25 * u)
 
 
 class TrafficRunner:
@@ -107,14 +118,22 @@ class TrafficRunner:
                 self.stats.add(result)
                 if self.exporter:
                     self.exporter.finished(result.status, result.e2e_s, result.ttft_s, result.completion_tokens)
+                return result
 
             async def job_client(job, index: int) -> None:
                 rng = random.Random(f"job/{self.seed}/{job.start_s}/{index}")  # independent of timing
+                jitter = random.Random(f"job-backoff/{self.seed}/{job.start_s}/{index}")
+                refused = 0  # 429s in a row
                 # a variant's job lasts as its traffic change does: to the (extended, or open) end
                 while not self._stop.is_set() and self.elapsed() < (
                         job.end_s if not job.after_landing else self.until_s if self.until_s is not None else math.inf):
                     self.stats.sent += 1
-                    await one(get_profile(job.profile).sample(rng), None)
+                    result = await one(get_profile(job.profile).sample(rng), None)
+                    refused = refused + 1 if result.status == "429" else 0
+                    if refused:
+                        until = time.perf_counter() + backoff_s(refused, jitter.random())
+                        while not self._stop.is_set() and (left := until - time.perf_counter()) > 0:
+                            await asyncio.sleep(min(left, 0.25))
 
             async def job(job) -> None:
                 while not self._stop.is_set() and ((wait := job.start_s - self.elapsed()) > 0

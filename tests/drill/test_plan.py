@@ -251,3 +251,12 @@ def test_a_variants_job_sends_nothing_until_the_injection_lands_and_then_keeps_i
         server.shutdown()
     assert before <= 3
     assert after - before >= 20  # four clients, each sending again as soon as its 503 comes back
+
+
+def test_a_job_client_refused_backs_off_as_the_openai_client_does():
+    from sandbox.drill.traffic_runner import backoff_s
+
+    assert [backoff_s(n, 0.0) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert backoff_s(3, 0.5) == 2.0 * 0.875  # up to a quarter less, by the jitter drawn
+    with pytest.raises(ValueError):
+        backoff_s(0, 0.5)
