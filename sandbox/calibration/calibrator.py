@@ -88,7 +88,7 @@ class Calibrator:
         self.busy_tpot: list[float] = []
 
     @contextmanager
-    def _beside_canary(self):
+    def beside_canary(self):
         proc = None
         if self.canary:
             # Its load is what the sweep needs, not its metrics: it announces itself where Prometheus does not
@@ -113,7 +113,7 @@ class Calibrator:
         if self.loads is not None:
             return self.run_slos()
         t0 = time.monotonic()
-        with self._beside_canary():
+        with self.beside_canary():
             reference = reference_for(self.profiles)
             warnings = []
             ref_points = self._measure(reference, full=True)
@@ -151,7 +151,7 @@ class Calibrator:
         busy (the busy share of the loads' ceiling); ceilings, knees and curve are the loads'."""
         t0, loads, warnings = time.monotonic(), self.loads, []
         reference = loads.reference if loads.reference in self.profiles else reference_for(self.profiles)
-        with self._beside_canary():
+        with self.beside_canary():
             measured = {name: self._measure(name, full=name == reference, ceiling=loads.profiles[name].ceiling.rate,
                                             load_share=self.load_share if name == reference else None)
                         for name in self.profiles}

@@ -179,6 +179,14 @@ class Sweeper:
             raise ValueError(f"a load share must be in (0, 1), got {load_share!r}")
         return asyncio.run(self._run(profile, single, known_ceiling=ceiling_rate, load_share=load_share))
 
+    def ceiling(self, profile: TrafficProfile) -> SweepPoint:
+        """The ceiling phase alone: what the stack completes with the engines' whole batch busy, now."""
+        async def one() -> SweepPoint:
+            async with self._client() as client:
+                rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
+                return await self._closed(client, profile, rng, "ceiling", self.ceiling_clients, self.config.ceiling_s)
+        return asyncio.run(one())
+
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.api_url, timeout=httpx.Timeout(120.0, connect=10.0),
                                  limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))

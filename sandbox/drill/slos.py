@@ -1,7 +1,8 @@
 """A drill's latency SLOs: the stack's calibration (capacity, thresholds), and the thresholds its own baseline sets.
 
     slos = DrillSlos(cfg, steps)
-    plan = slos.calibrate(state, plan)                 # knee/ceiling rates resolved; thresholds installed
+    plan = slos.calibrate(state, plan)                 # knee/ceiling rates resolved (a cached calibration
+                                                       # checked against the stack now); thresholds installed
     slos.calibrate_baseline(state, plan)               # a setup deploy changed the config: its own SLOs
     slos.wait_quiet()                                  # the sweep's load out of the alerts' windows
     slos.unset_until_baseline(state, plan)             # -> a closer: puts the calibration's back if need be
@@ -17,8 +18,9 @@ from __future__ import annotations
 import time
 
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
-from sandbox.calibration import baseline_slos
+from sandbox.calibration import baseline_slos, drift
 from sandbox.calibration.calibrator import calibrate_stack, install_thresholds
+from sandbox.calibration.sweep import SweepConfig
 from services.stack.alerts import longest_window_s
 from services.stack.progress import Steps
 from services.stack.prometheus import PrometheusError
@@ -35,6 +37,7 @@ class DrillSlos:
         self._quiet_until = 0.0  # monotonic time before which traffic would start in a calibration's wake
         self._window: tuple[float, float] | None = None  # traffic seconds whose readings set the thresholds
         self._unset = False  # the latency thresholds are unset (+Inf) until the baseline sets them
+        self.drift = None  # sandbox.calibration.drift.Drift: a cached calibration checked against the stack now
 
     def calibrate(self, state: StackState, plan):
         """Rates in knee units need this stack's capacity: the cached calibration, or a new one (saved for
@@ -49,9 +52,14 @@ class DrillSlos:
         cal, self.thresholds, measured = calibrate_stack(
             self.cfg, state, sorted(profiles), self.steps,
             load_share=lambda c: plan.resolved(c.knees(), c.ceilings()).base_share(c.ceilings()))
-        self.calibration = cal
         if measured:  # the sweep's load is in every rate window the alerts read, until it has aged out
             self._quiet_until = time.monotonic() + longest_window_s()
+        else:  # a cached one: the machine may have sped up or slowed down since (sandbox/calibration/drift.py)
+            # Its 10 s of load needs no wait: the latency thresholds stay unset until the baseline, whose
+            # windows start after the traffic's warm-up.
+            cal, self.drift = drift.recheck(state, cal, SweepConfig().scaled(self.cfg.calibration_scale),
+                                            self.steps)
+        self.calibration = cal
         return plan.resolved(cal.knees(), cal.ceilings())
 
     def calibrate_baseline(self, state: StackState, plan) -> None:
@@ -128,4 +136,5 @@ class DrillSlos:
         if self.calibration is None:
             return None
         return {"measured_at": self.calibration.measured_at, "knees_rps": self.calibration.knees(),
-                "ceilings_rps": self.calibration.ceilings(), "thresholds": self.thresholds}
+                "ceilings_rps": self.calibration.ceilings(), "thresholds": self.thresholds,
+                "capacity_check": None if self.drift is None else self.drift.to_dict()}

@@ -98,3 +98,32 @@ def test_a_setup_configs_slos_are_measured_alone_at_the_machine_calibrations_loa
     assert cal.tpot_line.busy_share == pytest.approx(0.31)
     assert cal.thresholds_for(0.31)["sandbox:threshold:tpot_p50_seconds"] == pytest.approx(1.8 * thresholds.read_ceiling(
         max(cal.tpot_line.idle_s, cal.tpot_line.busy_s), TIME_PER_OUTPUT_TOKEN.buckets), abs=1e-4)
+
+
+def test_a_cached_calibration_is_checked_against_the_stack_and_scaled_only_past_the_tolerance(calibrated_stack):
+    """What a drill does before it trusts a cached calibration (sandbox/calibration/drift.py): the reference
+    profile's ceiling measured again, beside the unscraped canary, and the drill's capacities scaled by the ratio
+    where it moved past 10 %."""
+    import io
+
+    from rich.console import Console
+
+    from sandbox.calibration import drift
+    from sandbox.calibration.capacity import Calibration
+    from sandbox.calibration.sweep import SweepConfig
+    from services.stack.progress import Steps
+
+    out = _calibrate(calibrated_stack, "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    machine = Calibration.from_dict(json.loads(out.stdout))
+    printed = io.StringIO()
+    cal, found = drift.recheck(calibrated_stack.refresh(), machine, SweepConfig().scaled(float(SCALE)),
+                               Steps(Console(file=printed, width=200)))
+    assert found is not None and found.profile == "default" and found.now_rps > 0
+    assert found.cached_rps == machine.profiles["default"].ceiling.rate
+    assert "the stack completes" in printed.getvalue()
+    factor = found.factor if found.applied else 1.0
+    for name, p in cal.profiles.items():
+        assert p.ceiling.rate == pytest.approx(factor * machine.profiles[name].ceiling.rate), name
+        assert p.knee_rps == pytest.approx(factor * machine.profiles[name].knee_rps), name
+    assert cal.thresholds == machine.thresholds and cal.key == machine.key

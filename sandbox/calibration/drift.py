@@ -1,0 +1,100 @@
+"""Whether a cached calibration still fits the machine as it runs now: the reference profile's ceiling again.
+
+    cal, drift = recheck(state, cal, sweep, steps)   # cal scaled for this drill where the machine moved
+
+A calibration is cached per machine, serve config and catalogue, but a shared host's speed moves under
+it. On 2026-12-05 the default profile's ceiling read 24.4 req/s at 05:19; a prefix-off verify run at
+07:00, whose load was 0.55 of the shared-prefix ceiling cached then, ran a saturated baseline (its TTFT
+p99 in the 2.5-5 s bucket, a baseline margin of 0.913), and earlier sittings saw the same machine's
+ceilings move 28-40 % within an hour (bench/results/verify-2026-12-03.md). A rate written in capacity
+units is only that share of today's capacity if the capacity is today's.
+
+So a drill that found its calibration in the cache measures the reference profile's ceiling once more:
+the calibration's own closed loop (the engines' whole batch) beside the same unscraped canary, about
+10 s. The reference profile is the same whatever the incident, so the step says nothing about the drill.
+Where the ceiling moved by more than TOLERANCE, every profile's ceiling and knee are scaled by the ratio,
+for this drill only (the cache keeps what the full sweep measured: one 7 s phase is not a calibration).
+The latency thresholds need no scaling: a calibrated drill sets them from its own baseline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import httpx
+
+from incidents.profiles import get_profile
+from sandbox.calibration.calibrator import Calibrator, engine_batch
+from sandbox.calibration.capacity import Calibration, CalibrationError
+from sandbox.calibration.sweep import SweepConfig, Sweeper
+
+# Calibrations of one catalogue within the same hour agreed within 2 % (bench/results/session-2026-12-04.md);
+# a move past 10 % is the machine, not the measurement.
+TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Drift:
+    profile: str
+    cached_rps: float  # the reference profile's ceiling in the calibration
+    now_rps: float  # ... measured again before this drill
+    applied: bool  # the drill's capacities scaled by `factor`
+
+    def __post_init__(self):
+        if not (self.cached_rps > 0 and self.now_rps > 0):
+            raise ValueError(f"ceilings must be positive, got {self.cached_rps!r} and {self.now_rps!r}")
+
+    @property
+    def factor(self) -> float:
+        return self.now_rps / self.cached_rps
+
+    def to_dict(self) -> dict:
+        return {"profile": self.profile, "cached_ceiling_rps": round(self.cached_rps, 3),
+                "ceiling_now_rps": round(self.now_rps, 3), "factor": round(self.factor, 3), "applied": self.applied}
+
+    def describe(self) -> str:
+        head = (f"the stack completes {self.factor:.2f}x the requests its calibration measured "
+                f"({self.now_rps:.1f} against {self.cached_rps:.1f} req/s)")
+        if self.applied:
+            return head + ": this drill's load is scaled to it"
+        return head + f": within {TOLERANCE:.0%}, the calibration stands"
+
+
+def drifted(profile: str, cached_rps: float, now_rps: float) -> Drift:
+    return Drift(profile, cached_rps, now_rps, abs(now_rps / cached_rps - 1) > TOLERANCE)
+
+
+def scaled(cal: Calibration, factor: float) -> Calibration:
+    """`cal` with every profile's ceiling and knee `factor` times what was measured (shares stay the same)."""
+    if not factor > 0:
+        raise ValueError(f"a scale factor must be > 0, got {factor!r}")
+    profiles = {name: replace(p, ceiling=replace(p.ceiling, rate=p.ceiling.rate * factor),
+                              knee_rps=p.knee_rps * factor)
+                for name, p in cal.profiles.items()}
+    return replace(cal, profiles=profiles)
+
+
+def measure_ceiling(state, cal: Calibration, sweep: SweepConfig, seed: int = 0) -> float:
+    """The reference profile's ceiling now, measured as the calibration measured it (req/s)."""
+    calibrator = Calibrator(state, cal.key, [cal.reference], sweep, seed=seed)
+    sweeper = Sweeper(state.api_url, state.model_name, sweep, seed, replicas=state.replicas or 1,
+                      batch=engine_batch(state))
+    with calibrator.beside_canary():
+        point = sweeper.ceiling(get_profile(cal.reference))
+    if not point.rate > 0:
+        raise CalibrationError(f"nothing streamed in {sweep.ceiling_s:g} s ({sweeper.last_closed})")
+    return point.rate
+
+
+def recheck(state, cal: Calibration, sweep: SweepConfig, steps, seed: int = 0) -> tuple[Calibration, Drift | None]:
+    """`cal`, scaled to the stack's capacity now where it moved past TOLERANCE, and what was measured (None:
+    the check could not measure, and the calibration stands, said so)."""
+    cached = cal.profiles[cal.reference].ceiling.rate
+    try:
+        with steps.step("checking the stack's capacity against its calibration"):
+            now = measure_ceiling(state, cal, sweep, seed)
+    except (CalibrationError, RuntimeError, httpx.HTTPError, OSError) as e:
+        steps.note(f"the capacity check measured nothing ({e}): the calibration's figures stand")
+        return cal, None
+    drift = drifted(cal.reference, cached, now)
+    steps.note(drift.describe())
+    return (scaled(cal, drift.factor) if drift.applied else cal), drift

@@ -1,0 +1,51 @@
+"""A cached calibration against the stack's capacity now (sandbox/calibration/drift.py): when a move counts,
+and what scaling keeps. The measurement itself runs on the suite's stack: tests/serving/test_calibrate.py."""
+import pytest
+
+from sandbox.calibration.capacity import Calibration, ProfileCapacity
+from sandbox.calibration.drift import TOLERANCE, Drift, drifted, scaled
+from sandbox.calibration.sweep import SweepPoint
+
+
+def _point(phase: str, rate: float) -> SweepPoint:
+    return SweepPoint(phase, 64.0, 100, 0, rate, 0.5, 1.0, 0.02, 0.1, 400.0, 0.03)
+
+
+def _calibration() -> Calibration:
+    profiles = {"default": ProfileCapacity("default", _point("single", 2.0), _point("ceiling", 20.0), 10.0,
+                                           _point("busy", 11.0)),
+                "long-tail": ProfileCapacity("long-tail", None, _point("ceiling", 16.0), 8.0, _point("busy", 8.8))}
+    return Calibration({"machine": "m"}, 1.0, 75.0, "default", 0.5, 10.0, profiles, (_point("busy", 11.0),),
+                       {"sandbox:threshold:ttft_p99_seconds": 2.0})
+
+
+def test_a_move_counts_only_past_the_tolerance_either_way():
+    assert TOLERANCE == 0.10
+    assert not drifted("default", 20.0, 21.9).applied  # 1.095: within
+    assert not drifted("default", 20.0, 18.1).applied  # 0.905: within
+    assert drifted("default", 20.0, 22.2).applied
+    assert drifted("default", 20.0, 12.0).applied
+    assert drifted("default", 20.0, 12.0).factor == pytest.approx(0.6)
+
+
+def test_scaling_moves_every_ceiling_and_knee_and_keeps_the_shares_and_thresholds():
+    cal = _calibration()
+    slow = scaled(cal, 0.5)
+    assert slow.ceilings() == {"default": 10.0, "long-tail": 8.0}
+    assert slow.knees() == {"default": 5.0, "long-tail": 4.0}
+    assert slow.knee_share == cal.knee_share and slow.thresholds == cal.thresholds and slow.key == cal.key
+    assert slow.profiles["default"].single == cal.profiles["default"].single  # one at a time is not capacity
+    assert cal.ceilings() == {"default": 20.0, "long-tail": 16.0}  # the cached one is untouched
+    with pytest.raises(ValueError, match="scale factor"):
+        scaled(cal, 0.0)
+
+
+def test_a_drift_says_what_it_measured_and_what_the_drill_does_with_it():
+    d = drifted("default", 24.4, 14.6)
+    assert d.to_dict() == {"profile": "default", "cached_ceiling_rps": 24.4, "ceiling_now_rps": 14.6,
+                           "factor": 0.598, "applied": True}
+    assert d.describe() == ("the stack completes 0.60x the requests its calibration measured (14.6 against "
+                            "24.4 req/s): this drill's load is scaled to it")
+    assert drifted("default", 20.0, 19.0).describe().endswith("within 10%, the calibration stands")
+    with pytest.raises(ValueError, match="positive"):
+        Drift("default", 20.0, 0.0, False)
