@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from sandbox.calibration.capacity import Calibration, CalibrationError
-from sandbox.calibration.sweep import SweepConfig
+from sandbox.calibration.sweep_point import SweepConfig
 from services.engine.config import EngineConfig
 from services.serve.admission import IngressSettings
 from services.serve.config import ReplicaKnobs, ServeAppConfig
@@ -32,7 +32,7 @@ from services.stack.deploy_config import INGRESS
 from services.stack.settings import REPO_ROOT
 
 PROFILES_FILE = REPO_ROOT / "incidents" / "profiles.py"
-METHOD_FILES = tuple(Path(__file__).parent / name for name in ("sweep.py", "calibrator.py", "thresholds.py"))
+METHOD_FILES = tuple(Path(__file__).parent / name for name in ("sweep.py", "sweep_point.py", "calibrator.py", "thresholds.py"))
 
 
 def _read(path: Path) -> str:

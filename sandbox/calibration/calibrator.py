@@ -16,7 +16,8 @@ from pathlib import Path
 from incidents.profiles import get_profile
 from sandbox.calibration import cache, thresholds
 from sandbox.calibration.capacity import Calibration, CalibrationError, ProfileCapacity
-from sandbox.calibration.sweep import SweepConfig, Sweeper, knee, percentile
+from sandbox.calibration.sweep import Sweeper, knee
+from sandbox.calibration.sweep_point import SweepConfig, percentile
 from sandbox.canary import process as canary_process
 from services.stack import threshold_rules
 from services.stack.deploy_config import deployed_engine_setting

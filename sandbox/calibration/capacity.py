@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sandbox.calibration.sweep import SweepPoint
+from sandbox.calibration.sweep_point import SweepPoint
 from sandbox.calibration.thresholds import TpotLine, tpot_slo
 
 

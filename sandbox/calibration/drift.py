@@ -25,7 +25,8 @@ import httpx
 from incidents.profiles import get_profile
 from sandbox.calibration.calibrator import Calibrator, engine_batch
 from sandbox.calibration.capacity import Calibration, CalibrationError
-from sandbox.calibration.sweep import SweepConfig, Sweeper
+from sandbox.calibration.sweep import Sweeper
+from sandbox.calibration.sweep_point import SweepConfig
 
 # Calibrations of one catalogue within the same hour agreed within 2 % (bench/results/session-2026-12-04.md);
 # a move past 10 % is the machine, not the measurement.

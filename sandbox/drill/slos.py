@@ -20,7 +20,7 @@ import time
 from incidents.schema import IncidentError, knee_profiles, load_catalogue
 from sandbox.calibration import baseline_slos, drift
 from sandbox.calibration.calibrator import calibrate_stack, install_thresholds
-from sandbox.calibration.sweep import SweepConfig
+from sandbox.calibration.sweep_point import SweepConfig
 from services.stack.alerts import longest_window_s
 from services.stack.progress import Steps
 from services.stack.prometheus import PrometheusError

@@ -6,7 +6,8 @@ import pytest
 
 from sandbox.calibration import cache, thresholds
 from sandbox.calibration.capacity import Calibration, CalibrationError, ProfileCapacity
-from sandbox.calibration.sweep import SweepConfig, SweepPoint, knee, percentile
+from sandbox.calibration.sweep import knee
+from sandbox.calibration.sweep_point import SweepConfig, SweepPoint, percentile
 from services.serve.metric_names import INTER_TOKEN_LATENCY, TIME_TO_FIRST_TOKEN
 
 

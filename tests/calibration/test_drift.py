@@ -4,7 +4,7 @@ import pytest
 
 from sandbox.calibration.capacity import Calibration, ProfileCapacity
 from sandbox.calibration.drift import TOLERANCE, Drift, drifted, scaled
-from sandbox.calibration.sweep import SweepPoint
+from sandbox.calibration.sweep_point import SweepPoint
 
 
 def _point(phase: str, rate: float) -> SweepPoint:

@@ -77,7 +77,7 @@ def test_a_setup_configs_slos_are_measured_alone_at_the_machine_calibrations_loa
     from sandbox.calibration.calibrator import Calibrator
     from sandbox.calibration.capacity import Calibration
     from sandbox.calibration import thresholds
-    from sandbox.calibration.sweep import SweepConfig
+    from sandbox.calibration.sweep_point import SweepConfig
     from services.serve.metric_names import TIME_PER_OUTPUT_TOKEN
 
     out = _calibrate(calibrated_stack, "--json")
@@ -110,7 +110,7 @@ def test_a_cached_calibration_is_checked_against_the_stack_and_scaled_only_past_
 
     from sandbox.calibration import drift
     from sandbox.calibration.capacity import Calibration
-    from sandbox.calibration.sweep import SweepConfig
+    from sandbox.calibration.sweep_point import SweepConfig
     from services.stack.progress import Steps
 
     out = _calibrate(calibrated_stack, "--json")
