@@ -16,7 +16,7 @@ from pathlib import Path
 
 from faults.base import FaultContext
 from faults.cpu_throttle import lift_quota, quota_of
-from sandbox.mitigation import history, settings
+from sandbox.mitigation import history, settings, shed_limit
 from sandbox.mitigation.catalogue import ACTIONS, SETTING_CHANGES
 from services.serve.config import torch_threads
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
@@ -111,16 +111,19 @@ def change_setting(action: str, cfg, state, steps: Steps, timeout_s: float) -> d
 
 
 def shed_load(cfg, state, limit: int | None, steps: Steps, timeout_s: float) -> dict:
-    """The ingress admits at most `limit` requests at once (default: what the engines batch at once, so what
-    is admitted waits in no queue) and answers the rest with OpenAI's 429."""
+    """The ingress admits at most `limit` requests at once (default: the most the engines held at once in the
+    drill's healthy baseline, sandbox/mitigation/shed_limit.py) and answers the rest with OpenAI's 429."""
     current = _deployed(state)
+    basis = "given"
     if limit is None:
-        limit = current.replicas * int(settings.engine_setting(current, "max_num_seqs"))
+        limit, basis = shed_limit.default_limit(
+            cfg, state, current.replicas * int(settings.engine_setting(current, "max_num_seqs")))
+        steps.note(f"shed-load: admitting at most {limit} requests at once: {basis}")
     before = (current.deployment(INGRESS).get("user_config") or {}).get("max_inflight_requests")
     if before == limit:
         raise Refused(f"shed-load: the ingress already admits at most {limit} requests at once")
     deploy_changes(cfg, state, [f"ingress.max_inflight_requests={limit}"], None, timeout_s, steps)
-    return {"max_inflight_requests": limit, "before": before}
+    return {"max_inflight_requests": limit, "before": before, "limit_from": basis}
 
 
 def _replica_rows(ctx: FaultContext) -> list[dict]:

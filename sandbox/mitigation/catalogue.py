@@ -45,7 +45,7 @@ ACTIONS: dict[str, Action] = {a.id: a for a in (
                             "(slower than a restart; nothing in flight is lost)", replica=True),
     Action("scale-out", "one more replica, where the machine has cores free for it (none on 2 cores: says so)"),
     Action("shed-load", "an admission limit at the ingress: requests over --limit in flight get a 429 "
-                        "(default: the replicas' batch slots)", limit=True),
+                        "(default: the most the engines held at once in the drill's healthy baseline)", limit=True),
     Action("raise-cpu-limit", "lift the CPU quota of every replica's cgroup"),
     *(Action(a, f"a new version with engine.{', engine.'.join(c.settings)} as shipped")
       for a, c in SETTING_CHANGES.items()),
