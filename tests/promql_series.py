@@ -15,3 +15,15 @@ def histogram(name: str, labels: str, per_s: float, value_s: float, les=(0.1, 0.
         rate = per_s if le == "+Inf" or value_s <= le else 0
         out.append({"series": f'{name}_bucket{{{labels}{"," if labels else ""}le="{le}"}}', "values": counter(rate)})
     return out
+
+
+def promtool_test(promtool: str, tmp_path, spec: dict) -> None:
+    """Runs `promtool test rules` on one unit-test file written from `spec`; fails with its output."""
+    import subprocess
+
+    import yaml
+
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
+                            check=False, timeout=60)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -1,12 +1,8 @@
 """The invariant of a traffic cause: the offered load still exceeds the fleet while requests wait or are refused."""
-import subprocess
 
-import pytest
-import yaml
 
-from incidents.promql import PromtoolNotFound, promtool_binary
 from sandbox.mitigation import load
-from tests.promql_series import counter
+from tests.promql_series import counter, promtool_test
 
 
 class InstantProm:
@@ -40,14 +36,6 @@ def test_no_traffic_and_no_engine_series_read_as_nothing_waiting_and_nothing_ref
     assert load.excess_load(InstantProm({})) is None
 
 
-@pytest.fixture(scope="module")
-def promtool():
-    try:
-        return promtool_binary()
-    except PromtoolNotFound as e:
-        pytest.skip(str(e))
-
-
 def test_the_expressions_read_the_engines_queue_and_the_clients_refused_share_in_prometheus(promtool, tmp_path):
     # two replicas, 20 and 12 waiting; the clients send 10 req/s, 3 of them refused with a 429
     series = [{"series": 'vllm:num_requests_waiting{replica="a"}', "values": "20x120"},
@@ -58,7 +46,4 @@ def test_the_expressions_read_the_engines_queue_and_the_clients_refused_share_in
              for expr, value in ((load.WAITING, 32), (load.SHED, 90), (load.ALL, 300))]
     spec = {"evaluation_interval": "1s",
             "tests": [{"name": "load", "interval": "1s", "input_series": series, "promql_expr_test": tests}]}
-    (tmp_path / "test.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
-                            check=False, timeout=60)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    promtool_test(promtool, tmp_path, spec)

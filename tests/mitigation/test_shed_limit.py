@@ -1,12 +1,9 @@
 """shed-load's default limit: the most the engines held at once in the drill's healthy baseline."""
 import json
-import subprocess
 
-import pytest
-import yaml
 
-from incidents.promql import PromtoolNotFound, promtool_binary
 from sandbox.mitigation import shed_limit
+from tests.promql_series import promtool_test
 from services.stack.settings import SandboxConfig
 
 
@@ -36,14 +33,6 @@ def test_without_a_drill_the_limit_is_the_replicas_batch_slots(tmp_path):
     assert (limit, basis) == (64, "the replicas' batch slots (64): no drill baseline to read")
 
 
-@pytest.fixture(scope="module")
-def promtool():
-    try:
-        return promtool_binary()
-    except PromtoolNotFound as e:
-        pytest.skip(str(e))
-
-
 def test_the_peak_counts_running_and_waiting_over_both_replicas_inside_the_window_only(promtool, tmp_path):
     # a: 3 running for 100 s, then 5 for 20 s (with 2 waiting); b: 2 running; then a surge of 60 after 150 s
     series = [{"series": 'vllm:num_requests_running{replica="a"}', "values": "3x99 5x20 3x29 60x50"},
@@ -54,7 +43,4 @@ def test_the_peak_counts_running_and_waiting_over_both_replicas_inside_the_windo
     tests = [{"expr": expr, "eval_time": "150s", "exp_samples": [{"labels": "{}", "value": 9}]}]
     spec = {"evaluation_interval": "1s",
             "tests": [{"name": "peak", "interval": "1s", "input_series": series, "promql_expr_test": tests}]}
-    (tmp_path / "test.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
-                            check=False, timeout=60)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    promtool_test(promtool, tmp_path, spec)
