@@ -85,6 +85,11 @@ class TrafficRunner:
     def elapsed(self) -> float:
         return 0.0 if self.started_at is None else time.monotonic() - self.started_at
 
+    async def _wait_until(self, t: float) -> None:
+        """Until traffic second `t`, or the stop: in short sleeps, as the stop is a thread's event."""
+        while not self._stop.is_set() and (wait := t - self.elapsed()) > 0:
+            await asyncio.sleep(min(wait, 0.25))
+
     def progress(self, t: float) -> str:
         """One line for a drill's progress notes: what was sent, what came back, how fast."""
         s = self.stats.summary()
@@ -131,9 +136,7 @@ class TrafficRunner:
                     result = await one(get_profile(job.profile).sample(rng), None)
                     refused = refused + 1 if result.status == "429" else 0
                     if refused:
-                        until = time.perf_counter() + backoff_s(refused, jitter.random())
-                        while not self._stop.is_set() and (left := until - time.perf_counter()) > 0:
-                            await asyncio.sleep(min(left, 0.25))
+                        await self._wait_until(self.elapsed() + backoff_s(refused, jitter.random()))
 
             async def job(job) -> None:
                 while not self._stop.is_set() and ((wait := job.start_s - self.elapsed()) > 0
@@ -153,8 +156,7 @@ class TrafficRunner:
                 t += self.rng.expovariate(seg.rate)
                 if self.until_s is not None and t >= self.until_s:
                     break
-                while not self._stop.is_set() and (wait := t - self.elapsed()) > 0:
-                    await asyncio.sleep(min(wait, 0.25))
+                await self._wait_until(t)
                 if self._stop.is_set():
                     break
                 req = get_profile(self.segment_at(t).profile).sample(self.rng)

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from sandbox.calibration.baseline_slos import EARLIEST_S
-from sandbox.drill.record import running_drill
+from sandbox.drill.record import RunRecord, running_drill
 from services.stack.prometheus import PrometheusClient, PrometheusError
 
 BASELINE_EVENT = "thresholds set from the baseline"
@@ -29,14 +29,13 @@ IN_FLIGHT = "sum(vllm:num_requests_running) + sum(vllm:num_requests_waiting)"
 STEP_S = 5  # the scrape interval's order: a subquery step finer than it reads the same samples again
 
 
-def baseline_window(run_dir: Path) -> tuple[float, float] | None:
+def baseline_window(record: RunRecord) -> tuple[float, float] | None:
     """(start, end) unix seconds of the drill's healthy baseline, or None before its thresholds are set."""
     try:
-        public = json.loads((run_dir / "run.json").read_text())
-        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+        t0 = record.public().get("traffic_started")
+        events = record.events()
     except (OSError, json.JSONDecodeError):
         return None
-    t0 = public.get("traffic_started")
     at = next((e.get("at_s") for e in events if e.get("kind") == BASELINE_EVENT), None)
     if not isinstance(t0, (int, float)) or not isinstance(at, (int, float)) or at <= EARLIEST_S:
         return None
@@ -56,7 +55,7 @@ def peak_in_flight(prom, start: float, end: float) -> int | None:
 def default_limit(cfg, state, batch_slots: int) -> tuple[int, str]:
     """(limit, what it is): the running drill's baseline peak in flight, else the replicas' batch slots."""
     drill = running_drill(cfg.home)
-    window = baseline_window(Path(drill["run_dir"])) if drill else None
+    window = baseline_window(RunRecord(Path(drill["run_dir"]), cfg.keys_dir)) if drill else None
     if window is not None:
         prom = PrometheusClient(state.prometheus_url)
         try:

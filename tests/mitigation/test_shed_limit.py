@@ -2,29 +2,30 @@
 import json
 
 
+from sandbox.drill.record import RunRecord
 from sandbox.mitigation import shed_limit
 from tests.promql_series import promtool_test
 from services.stack.settings import SandboxConfig
 
 
-def _run_dir(tmp_path, events, traffic_started=1000.0):
+def _record(tmp_path, events, traffic_started=1000.0):
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text(json.dumps({"status": "running", "traffic_started": traffic_started}))
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    return run
+    return RunRecord(run, tmp_path / "keys")
 
 
 def test_the_baseline_runs_from_the_warm_up_s_end_to_the_moment_its_thresholds_were_set(tmp_path):
-    run = _run_dir(tmp_path, [{"kind": "traffic started", "at_s": 0.0},
+    run = _record(tmp_path, [{"kind": "traffic started", "at_s": 0.0},
                               {"kind": "thresholds set from the baseline", "at_s": 154.6},
                               {"kind": "page", "at_s": 192.3, "alert": "TimeToFirstTokenHigh"}])
     assert shed_limit.baseline_window(run) == (1030.0, 1154.6)
 
 
 def test_a_drill_whose_baseline_is_not_read_yet_has_no_window(tmp_path):
-    assert shed_limit.baseline_window(_run_dir(tmp_path, [{"kind": "traffic started", "at_s": 0.0}])) is None
-    assert shed_limit.baseline_window(tmp_path / "nowhere") is None
+    assert shed_limit.baseline_window(_record(tmp_path, [{"kind": "traffic started", "at_s": 0.0}])) is None
+    assert shed_limit.baseline_window(RunRecord(tmp_path / "nowhere", tmp_path / "keys")) is None
 
 
 def test_without_a_drill_the_limit_is_the_replicas_batch_slots(tmp_path):
