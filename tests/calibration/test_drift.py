@@ -3,8 +3,9 @@ and what scaling keeps. The measurement itself runs on the suite's stack: tests/
 import pytest
 
 from sandbox.calibration.capacity import Calibration, ProfileCapacity
-from sandbox.calibration.drift import TOLERANCE, Drift, drifted, scaled
-from sandbox.calibration.sweep_point import SweepPoint
+from sandbox.calibration.drift import TOLERANCE, Drift, drifted, scaled, warm_seconds
+from sandbox.calibration.sweep import Sweeper
+from sandbox.calibration.sweep_point import SweepConfig, SweepPoint
 
 
 def _point(phase: str, rate: float) -> SweepPoint:
@@ -49,3 +50,17 @@ def test_a_drift_says_what_it_measured_and_what_the_drill_does_with_it():
     assert drifted("default", 20.0, 19.0).describe().endswith("within 10%, the calibration stands")
     with pytest.raises(ValueError, match="positive"):
         Drift("default", 20.0, 0.0, False)
+
+
+def test_the_probe_is_warmed_by_one_ceiling_window_of_its_own_sweep():
+    assert warm_seconds(SweepConfig()) == 7.0
+    assert warm_seconds(SweepConfig().scaled(0.25)) == SweepConfig().scaled(0.25).ceiling_s == 1.75
+
+
+def test_a_warm_up_outside_zero_to_two_minutes_is_refused_before_any_request():
+    from incidents.profiles import get_profile
+
+    sweeper = Sweeper("http://127.0.0.1:9", "m")  # nothing listens: a request would fail, not the check
+    for bad in (-1.0, 121.0):
+        with pytest.raises(ValueError, match="warm_s"):
+            sweeper.ceiling(get_profile("default"), warm_s=bad)
