@@ -60,7 +60,7 @@ _WRONG = 'sum by (task) (rate(sandbox_canary_checks_total{result="wrong"}[1m]))'
 _CHECKS = "sum by (task) (rate(sandbox_canary_checks_total[1m]))"
 _MISMATCHES = 'sum by (mode) (increase(sandbox_canary_consistency_checks_total{result="mismatch"}[1m]))'
 _REPEATS = "sum by (mode) (increase(sandbox_canary_consistency_checks_total[1m]))"
-_ERRORS = 'sum(rate(sandbox_traffic_requests_total{status!~"200|499"}[1m]))'
+_ERRORS = 'sum(rate(sandbox_traffic_requests_total{status!~"200|429|499"}[1m]))'
 _REQUESTS = "sum(rate(sandbox_traffic_requests_total[1m]))"
 _DEPLOYMENTS = "0 * count by (application, deployment) (ray_serve_deployment_replica_starts_total)"
 

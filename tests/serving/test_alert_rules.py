@@ -161,6 +161,8 @@ SCENARIOS = [
     ("client errors", _with([{"series": REQ % "503", "values": counter(0.3)}]),
      {"1m": {"ServingErrorRateHigh": [PAGE]}}),
     ("clients giving up is no error", _with([{"series": REQ % "499", "values": counter(0.3)}]), {"1m": {}}),
+    ("requests refused over an admission limit are no error",
+     _with([{"series": REQ % "429", "values": counter(0.3)}]), {"1m": {}}),
     ("a replica replaced after failing health checks",
      _with([{"series": STARTS % "r3", "values": "_x179 1x120"}, {"series": HC_FAIL % "r1", "values": "_x174 1x125"}]),
      {"3m": {}, "3m20s": {"ReplicaRestarted": [{**PAGE, "application": "llm", "deployment": "LLMServer"}]},
