@@ -93,8 +93,10 @@ class TrafficRunner:
     def progress(self, t: float) -> str:
         """One line for a drill's progress notes: what was sent, what came back, how fast."""
         s = self.stats.summary()
-        errors = sum(n for status, n in s["statuses"].items() if status not in ("200", "499"))
-        return f"{t:5.0f}s  sent {s['sent']}  ok {s['ok']}  errors {errors}  TTFT p50 {s['ttft_ms']['p50']} ms"
+        errors = sum(n for status, n in s["statuses"].items() if status not in ("200", "429", "499"))
+        refused = s["statuses"].get("429", 0)  # the admission limit's, as the error page counts them: apart
+        return (f"{t:5.0f}s  sent {s['sent']}  ok {s['ok']}  errors {errors}" + (f"  refused {refused}" if refused else "")
+                + f"  TTFT p50 {s['ttft_ms']['p50']} ms")
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop sending; wait up to timeout_s for the requests in flight."""

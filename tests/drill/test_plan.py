@@ -260,3 +260,17 @@ def test_a_job_client_refused_backs_off_as_the_openai_client_does():
     assert backoff_s(3, 0.5) == 2.0 * 0.875  # up to a quarter less, by the jitter drawn
     with pytest.raises(ValueError):
         backoff_s(0, 0.5)
+
+
+def test_the_progress_line_counts_refusals_apart_from_errors(surge):
+    from sandbox.traffic.generator import RequestResult
+
+    plan = make_plan(surge, "surge", 3, knees={"default": 4.0}, ceilings={"default": 5.0})
+    runner = TrafficRunner("http://127.0.0.1:9", "model", plan, seed=0)
+    runner.stats.sent = 6
+    for status in ("200", "200", "429", "429", "503", "499"):
+        runner.stats.add(RequestResult(status, 0.1, ttft_s=0.05 if status == "200" else None))
+    line = runner.progress(12.0)
+    assert "sent 6  ok 2  errors 1  refused 2  TTFT p50 50.0 ms" in line
+    runner.stats.results = [r for r in runner.stats.results if r.status != "429"]
+    assert "refused" not in runner.progress(13.0)
