@@ -10,8 +10,8 @@ ceilings move 28-40 % within an hour (bench/results/verify-2026-12-03.md). A rat
 units is only that share of today's capacity if the capacity is today's.
 
 So a drill that found its calibration in the cache measures the reference profile's ceiling once more:
-the calibration's own closed loop (the engines' whole batch) beside the same unscraped canary, about
-10 s. The reference profile is the same whatever the incident, so the step says nothing about the drill.
+the calibration's own closed loop (the engines' whole batch) beside the same unscraped canary, after one
+window of the same loop that is not counted (WARM_SHARE), about 20 s. The reference profile is the same whatever the incident, so the step says nothing about the drill.
 Where the ceiling moved by more than TOLERANCE, every profile's ceiling and knee are scaled by the ratio,
 for this drill only (the cache keeps what the full sweep measured: one 7 s phase is not a calibration).
 The latency thresholds need no scaling: a calibrated drill sets them from its own baseline.

@@ -55,7 +55,7 @@ class DrillSlos:
         if measured:  # the sweep's load is in every rate window the alerts read, until it has aged out
             self._quiet_until = time.monotonic() + longest_window_s()
         else:  # a cached one: the machine may have sped up or slowed down since (sandbox/calibration/drift.py)
-            # Its 10 s of load needs no wait: the latency thresholds stay unset until the baseline, whose
+            # Its 20 s of load needs no wait: the latency thresholds stay unset until the baseline, whose
             # windows start after the traffic's warm-up.
             cal, self.drift = drift.recheck(state, cal, SweepConfig().scaled(self.cfg.calibration_scale),
                                             self.steps)
