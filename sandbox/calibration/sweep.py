@@ -68,18 +68,17 @@ class Sweeper:
             raise ValueError(f"a load share must be in (0, 1), got {load_share!r}")
         return asyncio.run(self._run(profile, single, known_ceiling=ceiling_rate, load_share=load_share))
 
-    def ceiling(self, profile: TrafficProfile, warm_s: float = 0.0) -> SweepPoint:
-        """The ceiling phase alone: what the stack completes with the engines' whole batch busy, now; after
-        `warm_s` seconds of the same closed loop whose figures are dropped (a stack nothing has run on yet)."""
-        if not 0 <= warm_s <= 120:
-            raise ValueError(f"warm_s must be in [0, 120] seconds, got {warm_s!r}")
+    def ceiling(self, profile: TrafficProfile, window_s: float | None = None) -> SweepPoint:
+        """The ceiling phase alone: what the stack completes with the engines' whole batch busy, now, over
+        `window_s` (default: the sweep's ceiling window)."""
+        window_s = self.config.ceiling_s if window_s is None else window_s
+        if not 1 <= window_s <= 120:
+            raise ValueError(f"a ceiling window must be in [1, 120] seconds, got {window_s!r}")
 
         async def one() -> SweepPoint:
             async with self._client() as client:
                 rng = random.Random(f"calibrate/{profile.name}/{self.seed}")
-                if warm_s > 0:
-                    await self._closed(client, profile, rng, "warm-up", self.ceiling_clients, warm_s)
-                return await self._closed(client, profile, rng, "ceiling", self.ceiling_clients, self.config.ceiling_s)
+                return await self._closed(client, profile, rng, "ceiling", self.ceiling_clients, window_s)
         return asyncio.run(one())
 
     def _client(self) -> httpx.AsyncClient:

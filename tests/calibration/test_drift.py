@@ -3,7 +3,7 @@ and what scaling keeps. The measurement itself runs on the suite's stack: tests/
 import pytest
 
 from sandbox.calibration.capacity import Calibration, ProfileCapacity
-from sandbox.calibration.drift import TOLERANCE, Drift, drifted, scaled, warm_seconds
+from sandbox.calibration.drift import TOLERANCE, Drift, drifted, scaled
 from sandbox.calibration.sweep import Sweeper
 from sandbox.calibration.sweep_point import SweepConfig, SweepPoint
 
@@ -21,10 +21,11 @@ def _calibration() -> Calibration:
 
 
 def test_a_move_counts_only_past_the_tolerance_either_way():
-    assert TOLERANCE == 0.10
-    assert not drifted("default", 20.0, 21.9).applied  # 1.095: within
-    assert not drifted("default", 20.0, 18.1).applied  # 0.905: within
-    assert drifted("default", 20.0, 22.2).applied
+    assert TOLERANCE == 0.15
+    assert not drifted("default", 20.0, 22.9).applied  # 1.145: within
+    assert not drifted("default", 20.0, 17.1).applied  # 0.855: within
+    assert drifted("default", 20.0, 23.1).applied
+    assert drifted("default", 20.0, 16.9).applied
     assert drifted("default", 20.0, 12.0).applied
     assert drifted("default", 20.0, 12.0).factor == pytest.approx(0.6)
 
@@ -47,20 +48,15 @@ def test_a_drift_says_what_it_measured_and_what_the_drill_does_with_it():
                            "factor": 0.598, "applied": True}
     assert d.describe() == ("the stack completes 0.60x the requests its calibration measured (14.6 against "
                             "24.4 req/s): this drill's load is scaled to it")
-    assert drifted("default", 20.0, 19.0).describe().endswith("within 10%, the calibration stands")
+    assert drifted("default", 20.0, 19.0).describe().endswith("within 15%, the calibration stands")
     with pytest.raises(ValueError, match="positive"):
         Drift("default", 20.0, 0.0, False)
 
 
-def test_the_probe_is_warmed_by_one_ceiling_window_of_its_own_sweep():
-    assert warm_seconds(SweepConfig()) == 7.0
-    assert warm_seconds(SweepConfig().scaled(0.25)) == SweepConfig().scaled(0.25).ceiling_s == 1.75
-
-
-def test_a_warm_up_outside_zero_to_two_minutes_is_refused_before_any_request():
+def test_a_ceiling_window_outside_one_second_to_two_minutes_is_refused_before_any_request():
     from incidents.profiles import get_profile
 
     sweeper = Sweeper("http://127.0.0.1:9", "m")  # nothing listens: a request would fail, not the check
-    for bad in (-1.0, 121.0):
-        with pytest.raises(ValueError, match="warm_s"):
-            sweeper.ceiling(get_profile("default"), warm_s=bad)
+    for bad in (0.5, 121.0):
+        with pytest.raises(ValueError, match="ceiling window"):
+            sweeper.ceiling(get_profile("default"), window_s=bad)
