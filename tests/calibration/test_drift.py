@@ -43,14 +43,26 @@ def test_scaling_moves_every_ceiling_and_knee_and_keeps_the_shares_and_threshold
 
 
 def test_a_drift_says_what_it_measured_and_what_the_drill_does_with_it():
-    d = drifted("default", 24.4, 14.6)
-    assert d.to_dict() == {"profile": "default", "cached_ceiling_rps": 24.4, "ceiling_now_rps": 14.6,
-                           "factor": 0.598, "applied": True}
-    assert d.describe() == ("the stack completes 0.60x the requests its calibration measured (14.6 against "
-                            "24.4 req/s): this drill's load is scaled to it")
+    d = drifted("default", 24.4, 14.6, 14.8)
+    assert d.to_dict() == {"profile": "default", "cached_ceiling_rps": 24.4, "ceiling_now_rps": 14.7,
+                           "readings_rps": [14.6, 14.8], "factor": 0.602, "applied": True}
+    assert d.describe() == ("the stack completes 0.60x the requests its calibration measured (14.6 and 14.8 "
+                            "against 24.4 req/s): this drill's load is scaled to it")
     assert drifted("default", 20.0, 19.0).describe().endswith("within 15%, the calibration stands")
+    assert drifted("default", 20.0, 13.0, 19.0).describe().endswith(
+        "a second reading did not confirm the first, the calibration stands")
     with pytest.raises(ValueError, match="positive"):
-        Drift("default", 20.0, 0.0, False)
+        Drift("default", 20.0, (0.0,), False)
+    with pytest.raises(ValueError, match="positive"):
+        Drift("default", 20.0, (), False)
+
+
+def test_a_move_is_applied_only_where_every_reading_moved_past_the_tolerance_the_same_way():
+    assert drifted("default", 18.76, 13.0).applied  # one reading: what the check asks a second one about
+    assert not drifted("default", 18.76, 13.0, 17.0).applied  # the second within: the host, not the stack
+    assert not drifted("default", 20.0, 16.0, 24.0).applied  # past it both ways: nothing to scale to
+    both = drifted("default", 20.0, 16.0, 16.4)
+    assert both.applied and both.factor == pytest.approx(0.81)  # scaled to their mean
 
 
 def test_a_ceiling_window_outside_one_second_to_two_minutes_is_refused_before_any_request():
@@ -60,3 +72,29 @@ def test_a_ceiling_window_outside_one_second_to_two_minutes_is_refused_before_an
     for bad in (0.5, 121.0):
         with pytest.raises(ValueError, match="ceiling window"):
             sweeper.ceiling(get_profile("default"), window_s=bad)
+
+
+def test_the_check_asks_a_second_reading_before_it_moves_the_load(monkeypatch):
+    """recheck's decisions, its readings given in turn (the readings themselves: tests/serving/test_calibrate.py)."""
+    import io
+
+    from rich.console import Console
+
+    from sandbox.calibration import drift
+    from services.stack.progress import Steps
+
+    def run(*readings):
+        given = list(readings)
+        monkeypatch.setattr(drift, "measure_ceiling", lambda state, cal, sweep, seed=0: given.pop(0))
+        printed = io.StringIO()
+        cal, found = drift.recheck(None, _calibration(), SweepConfig(), Steps(Console(file=printed, width=300)))
+        assert not given  # every reading asked for was taken, and no more
+        return cal, found, printed.getvalue()
+
+    cal, found, text = run(19.0)  # within: one reading
+    assert found.readings == (19.0,) and not found.applied and cal.ceilings()["default"] == 20.0
+    cal, found, text = run(13.0, 19.5)  # moved, then not: the calibration stands
+    assert found.readings == (13.0, 19.5) and not found.applied and cal.ceilings()["default"] == 20.0
+    assert "measuring once more" in text and "did not confirm" in text
+    cal, found, text = run(13.0, 14.0)  # moved twice: scaled to their mean
+    assert found.applied and cal.ceilings() == {"default": 13.5, "long-tail": 10.8}
