@@ -19,7 +19,7 @@ FRESH_SEED_MAX = 2**31
 RUN_COLUMNS = {"incident": "incident", "variant": "variant", "seed": "seed", "run_id": "run", "ran_at": "ran at",
                "paged": "paged", "seconds_to_page": "s to page", "page_margin": "page margin",
                "baseline_margin": "baseline margin", "separated_by_page_plus_60s": "separated by page + 60 s",
-               "separated": "separated over the window", "pass": "pass"}
+               "separated": "separated over the window", "load_scale": "load scaled by", "pass": "pass"}
 VARIANT_COLUMNS = {"incident": "incident", "variant": "variant", "runs": "runs", "passes": "passes",
                    "paged": "paged", "min_page_margin": "min page margin",
                    "max_baseline_margin": "max baseline margin", "max_seconds_to_page": "max s to page"}
@@ -60,6 +60,24 @@ def fresh_seeds(n: int, used: set[int], rng: random.Random) -> list[int]:
     return seeds
 
 
+def capacity_check(run_dir: str | None) -> dict | None:
+    """The run's capacity check as its run.json keeps it, or None (none was made, or the run left no record)."""
+    try:
+        return json.loads((Path(run_dir) / "run.json").read_text())["calibration"]["capacity_check"]
+    except (TypeError, OSError, ValueError, KeyError):
+        return None
+
+
+def load_scale(capacity_check: dict | None) -> float | None:
+    """What the drill's capacity check did to its load (run.json's calibration.capacity_check): its factor
+    where applied, 1.0 where the calibration stood; None where nothing was checked (a fresh calibration, or
+    a check that measured nothing). A run whose load moved on the host's noise reads differently from one at
+    its written load (tpot-regression/threads at 0.69 of it: a page margin of 1.41)."""
+    if not capacity_check:
+        return None
+    return round(float(capacity_check["factor"]), 3) if capacity_check.get("applied") else 1.0
+
+
 def run_row(result: dict) -> dict:
     """One verify result (as _verify_one returns it) as a row; a drill that failed has no checks."""
     checks = result.get("checks") or {}
@@ -73,7 +91,7 @@ def run_row(result: dict) -> dict:
             "baseline_margin": page.get("baseline_margin"),
             "separated_by_page_plus_60s": sep.get("by_page_plus_60s", {}).get("pass"),
             "separated": None if siblings is None else all(s["separated"] for s in siblings.values()),
-            "pass": bool(result["pass"])}
+            "load_scale": load_scale(result.get("capacity_check")), "pass": bool(result["pass"])}
 
 
 def _extreme(fn, values: list) -> float | None:

@@ -16,7 +16,9 @@ def _result(seed, run_id, passed, delay, page_m, base_m, early, window, variant=
 
 
 FIRST = _result(1000001, "20260301-100000-a1b2c3", True, 41.0, 3.25, 0.41, True, True)
-SECOND = _result(1000002, "20260302-100000-d4e5f6", False, None, 1.1, 0.7, False, True)
+SECOND = {**_result(1000002, "20260302-100000-d4e5f6", False, None, 1.1, 0.7, False, True),
+          "capacity_check": {"profile": "default", "cached_ceiling_rps": 18.762, "ceiling_now_rps": 12.945,
+                             "readings_rps": [13.001, 12.889], "factor": 0.69, "applied": True}}
 FAILED = {"incident": "slow-replica", "variant": "throttled", "seed": 1000003, "run_id": None,
           "ran_at": "2026-03-03T10:00:00+00:00", "pass": False, "checks": None, "status": "failed"}
 CONTROL = {"incident": "quiet-shift", "variant": "nothing", "seed": 1000004, "run_id": "r4", "ran_at": "t", "pass": True,
@@ -28,7 +30,8 @@ def test_a_run_row_carries_the_page_its_margins_and_both_separations():
     assert verify_stats.run_row(FIRST) == {
         "incident": "slow-replica", "variant": "throttled", "seed": 1000001, "run_id": "20260301-100000-a1b2c3",
         "ran_at": "2026-03-01T10:00:00+00:00", "paged": True, "seconds_to_page": 41.0, "page_margin": 3.25,
-        "baseline_margin": 0.41, "separated_by_page_plus_60s": True, "separated": True, "pass": True}
+        "baseline_margin": 0.41, "separated_by_page_plus_60s": True, "separated": True, "load_scale": None,
+        "pass": True}
     second = verify_stats.run_row(SECOND)
     assert (second["paged"], second["separated_by_page_plus_60s"], second["separated"]) == (False, False, True)
 
@@ -62,10 +65,10 @@ def test_the_markdown_report_has_the_date_the_command_and_both_tables():
 
 ## Runs
 
-| incident | variant | seed | run | ran at | paged | s to page | page margin | baseline margin | separated by page + 60 s | separated over the window | pass |
-|---|---|---|---|---|---|---|---|---|---|---|---|
-| slow-replica | throttled | 1000001 | 20260301-100000-a1b2c3 | 2026-03-01T10:00:00+00:00 | yes | 41.0 | 3.25 | 0.41 | yes | yes | yes |
-| slow-replica | throttled | 1000002 | 20260302-100000-d4e5f6 | 2026-03-02T10:00:00+00:00 | no | - | 1.1 | 0.7 | no | yes | no |
+| incident | variant | seed | run | ran at | paged | s to page | page margin | baseline margin | separated by page + 60 s | separated over the window | load scaled by | pass |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| slow-replica | throttled | 1000001 | 20260301-100000-a1b2c3 | 2026-03-01T10:00:00+00:00 | yes | 41.0 | 3.25 | 0.41 | yes | yes | - | yes |
+| slow-replica | throttled | 1000002 | 20260302-100000-d4e5f6 | 2026-03-02T10:00:00+00:00 | no | - | 1.1 | 0.7 | no | yes | 0.69 | no |
 
 ## Variants
 
@@ -129,3 +132,25 @@ def test_verify_runs_each_run_at_its_own_fresh_seed_and_sums_them(tmp_path, monk
     lines = report.read_text().splitlines()
     assert lines[0] == "# sandbox verify" and lines[2].startswith("- date: ")
     assert lines[4] == "- passed: 2 of 3 runs" and lines[-1] == "| slow-replica | throttled | 3 | 2 | 3 | 3.0 | 0.5 | 43.0 |"
+
+
+def test_a_row_says_what_the_capacity_check_did_to_the_drills_load():
+    kept = {"profile": "default", "cached_ceiling_rps": 18.762, "ceiling_now_rps": 17.668, "factor": 0.942,
+            "applied": False}
+    assert verify_stats.load_scale(kept) == 1.0
+    assert verify_stats.load_scale({**kept, "applied": True}) == 0.942
+    assert verify_stats.load_scale(None) is None  # calibrated in this drill, or the check measured nothing
+    assert verify_stats.run_row(SECOND)["load_scale"] == 0.69
+
+
+def test_the_capacity_check_is_read_from_the_runs_record_and_nothing_is_made_up(tmp_path):
+    check = {"profile": "default", "cached_ceiling_rps": 18.0, "ceiling_now_rps": 18.5, "factor": 1.028,
+             "applied": False}
+    (tmp_path / "run.json").write_text(json.dumps({"calibration": {"capacity_check": check}}))
+    assert verify_stats.capacity_check(str(tmp_path)) == check
+    (tmp_path / "run.json").write_text(json.dumps({"calibration": {"capacity_check": None}}))
+    assert verify_stats.capacity_check(str(tmp_path)) is None
+    (tmp_path / "run.json").write_text("{torn")
+    assert verify_stats.capacity_check(str(tmp_path)) is None
+    assert verify_stats.capacity_check(None) is None  # the drill ended before its run began
+    assert verify_stats.capacity_check(str(tmp_path / "gone")) is None
