@@ -126,6 +126,8 @@ class Drill:
         self.prom = PrometheusClient(self.state.prometheus_url)
         self.closers.push("prometheus client", self.prom.close)
         if self.plan.unresolved_profiles():
+            # the latency thresholds are unset from here to the baseline: the closer puts the calibration's back
+            self.closers.push("the latency thresholds", lambda: self.slos.restore("the drill ended first"))
             self.plan = self.slos.calibrate(self.state, self.plan)
         self.pager = Pager(self.prom, self.incident.page.alert, self.incident.page.report, self.plan.inject_at_s,
                            self._paged)
@@ -163,8 +165,7 @@ class Drill:
         # deploy) took minutes on a busy 2-core machine, and once the drill ends nobody is served anyway.
         self._revert_phase_on_close("timeline")
         self.slos.wait_quiet()
-        if (restore := self.slos.unset_until_baseline(self.state, self.plan)) is not None:
-            self.closers.push("the latency thresholds", restore)
+        self.slos.unset_until_baseline(self.state, self.plan)
         self.traffic = TrafficRunner(self.state.api_url, self.state.model_name, self.plan, self.seed,
                                      exporter, open_ended=self.settings.open_ended, wait_for_landing=True).start()
         self.closers.push("traffic", self._stop_traffic)

@@ -2,16 +2,20 @@
 
     slos = DrillSlos(cfg, steps)
     plan = slos.calibrate(state, plan)                 # knee/ceiling rates resolved (a cached calibration
-                                                       # checked against the stack now); thresholds installed
+                                                       # checked against the stack now); thresholds unset
+    closers.push(lambda: slos.restore("the drill ended first"))  # the calibration's back if need be
     slos.calibrate_baseline(state, plan)               # a setup deploy changed the config: its own SLOs
     slos.wait_quiet()                                  # the sweep's load out of the alerts' windows
-    slos.unset_until_baseline(state, plan)             # -> a closer: puts the calibration's back if need be
+    slos.unset_until_baseline(state, plan)             # the baseline's window, from the traffic's start
     ... traffic; once slos.due(t): slos.from_baseline(prom, state, t0_wall) ...
 
-Invariant: while a drill runs, the latency thresholds are either the calibration's, this drill's baseline's,
-or unset (+Inf) between its traffic's start and the end of its baseline window; a drill that ends, or whose
-baseline cannot be read, in that gap puts the calibration's back, so a stack kept up never stays without
-latency alerts.
+Invariant: while a drill runs, the latency thresholds are unset (+Inf) from its calibration until the end of
+its baseline window, then this drill's baseline's (or the calibration's, where the baseline cannot be read).
+The drill's own measuring load before its traffic (the capacity check's whole batch, a setup's SLO phases)
+never meets a latency threshold: on one CPU the check's load paged TimeToFirstTokenHigh and
+InterTokenLatencyHigh against the calibration's thresholds, and the alerts were still firing when the traffic
+began (2026-12-05, `taskset -c 0 sandbox verify`). A drill that ends in that gap puts the calibration's back,
+so a stack kept up never stays without latency alerts.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ class DrillSlos:
         cal, self.thresholds, measured = calibrate_stack(
             self.cfg, state, sorted(profiles), self.steps,
             load_share=lambda c: plan.resolved(c.knees(), c.ceilings()).base_share(c.ceilings()))
+        self._hold_unset(cal)
         if measured:  # the sweep's load is in every rate window the alerts read, until it has aged out
             self._quiet_until = time.monotonic() + longest_window_s()
         else:  # a cached one: the machine may have sped up or slowed down since (sandbox/calibration/drift.py)
@@ -76,6 +81,7 @@ class DrillSlos:
             self.cfg, state, sorted(self.calibration.profiles), self.steps,
             load_share=lambda c: plan.base_share(c.ceilings()), loads=self.calibration,
             measure_at=plan.base_share(self.calibration.ceilings()))
+        self._hold_unset(self.calibration)
         if measured:
             self._quiet_until = time.monotonic() + longest_window_s()
 
@@ -88,19 +94,24 @@ class DrillSlos:
             while (wait := self._quiet_until - time.monotonic()) > 0:
                 time.sleep(min(wait, 0.5))
 
-    def unset_until_baseline(self, state: StackState, plan):
-        """A calibrated drill's latency thresholds come from its own healthy baseline, read before anything
-        changes; until then they are unset (baseline_slos.unset), so the calibration's cannot page a slower
-        day's baseline. Returns the closer to push (None when there is no calibration)."""
-        if self.calibration is None:
-            return None
-        self.state = state
-        self._window = baseline_slos.window(plan.quiet_until_s())
-        install_thresholds(state, self.calibration, baseline_slos.unset(self.thresholds),
+    def _hold_unset(self, cal) -> None:
+        """The latency thresholds unset from now until the baseline sets them (calibrate_stack has just put the
+        calibration's in): what the drill measures before its traffic must not page against them."""
+        install_thresholds(self.state, cal, baseline_slos.unset(self.thresholds),
                            "latency thresholds unset until this drill's baseline sets them "
                            "(sandbox/calibration/baseline_slos.py)")
         self._unset = True
-        return lambda: self.restore("the drill ended first")
+
+    def unset_until_baseline(self, state: StackState, plan) -> None:
+        """A calibrated drill's latency thresholds come from its own healthy baseline, read before anything
+        changes; until then they stay unset (baseline_slos.unset), so the calibration's cannot page a slower
+        day's baseline. Opens the baseline's window at the traffic's start."""
+        if self.calibration is None:
+            return
+        self.state = state
+        self._window = baseline_slos.window(plan.quiet_until_s())
+        if not self._unset:  # a restore came between: unset again
+            self._hold_unset(self.calibration)
 
     def due(self, t: float) -> bool:
         """The baseline window has ended at traffic second `t` and its thresholds are still to be set."""
