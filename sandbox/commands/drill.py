@@ -247,7 +247,6 @@ def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
     from datetime import datetime
 
     from sandbox.drill.verify import check_run
-    from sandbox.drill.verify_stats import capacity_check
 
     ran_at = datetime.now().astimezone().isoformat(timespec="seconds")
     try:
@@ -258,7 +257,7 @@ def _verify_one(catalogue, inc, variant, seed, duration, as_json) -> dict:
                 "pass": False, "checks": None, "status": "failed"}
     out = {"incident": inc.id, "variant": variant, "seed": seed, "run_id": result.run_id, "ran_at": ran_at,
            "pass": bool(result.checks and result.checks["pass"]) and result.status == "finished",
-           "checks": result.checks, "status": result.status, "capacity_check": capacity_check(result.run_dir)}
+           "checks": result.checks, "status": result.status, "capacity_check": result.capacity_check}
     if not as_json:
         print_verify_checks(out)
     return out

@@ -17,6 +17,7 @@ class DrillResult:
     error: str | None = None
     checks: dict | None = None  # filled by `verify` (before_teardown)
     mitigation: dict | None = None  # the candidate's actions and the recovery oracle's verdict (sandbox/mitigation)
+    capacity_check: dict | None = None  # what a cached calibration's check measured (run.json keeps it too)
 
 
 MODES = ("drill", "interview")

@@ -60,14 +60,6 @@ def fresh_seeds(n: int, used: set[int], rng: random.Random) -> list[int]:
     return seeds
 
 
-def capacity_check(run_dir: str | None) -> dict | None:
-    """The run's capacity check as its run.json keeps it, or None (none was made, or the run left no record)."""
-    try:
-        return json.loads((Path(run_dir) / "run.json").read_text())["calibration"]["capacity_check"]
-    except (TypeError, OSError, ValueError, KeyError):
-        return None
-
-
 def load_scale(capacity_check: dict | None) -> float | None:
     """What the drill's capacity check did to its load (run.json's calibration.capacity_check): its factor
     where applied, 1.0 where the calibration stood; None where nothing was checked (a fresh calibration, or

@@ -141,16 +141,3 @@ def test_a_row_says_what_the_capacity_check_did_to_the_drills_load():
     assert verify_stats.load_scale({**kept, "applied": True}) == 0.942
     assert verify_stats.load_scale(None) is None  # calibrated in this drill, or the check measured nothing
     assert verify_stats.run_row(SECOND)["load_scale"] == 0.69
-
-
-def test_the_capacity_check_is_read_from_the_runs_record_and_nothing_is_made_up(tmp_path):
-    check = {"profile": "default", "cached_ceiling_rps": 18.0, "ceiling_now_rps": 18.5, "factor": 1.028,
-             "applied": False}
-    (tmp_path / "run.json").write_text(json.dumps({"calibration": {"capacity_check": check}}))
-    assert verify_stats.capacity_check(str(tmp_path)) == check
-    (tmp_path / "run.json").write_text(json.dumps({"calibration": {"capacity_check": None}}))
-    assert verify_stats.capacity_check(str(tmp_path)) is None
-    (tmp_path / "run.json").write_text("{torn")
-    assert verify_stats.capacity_check(str(tmp_path)) is None
-    assert verify_stats.capacity_check(None) is None  # the drill ended before its run began
-    assert verify_stats.capacity_check(str(tmp_path / "gone")) is None
