@@ -78,6 +78,9 @@ ROOT_CAUSES: tuple[Term, ...] = (
     Term("cpu-limit-too-low",
          "Every replica's CPU limit (its cgroup CPU quota) is below what the load needs, so the kernel holds each "
          "replica's threads off the CPU for part of every period."),
+    Term("max-num-seqs-too-low",
+         "A replica's cap on concurrently running sequences is far below its share of the load: it runs a small "
+         "batch while the rest of its requests wait in its queue."),
 )
 
 REMEDIATIONS: tuple[Term, ...] = (
@@ -189,6 +192,8 @@ MECHANISMS: dict[str, tuple[Move, ...]] = {
                                       cpu_throttling="flat"),
     "cpu-limit-too-low": _moves(cpu_throttling="up", time_between_tokens="up", time_to_first_token="up",
                                 spec_acceptance="flat", drafted_tokens_per_step="flat"),
+    "max-num-seqs-too-low": _moves("replica", waiting_requests="up", queue_time="up", time_to_first_token="up",
+                                   running_requests="down") + _moves(cpu_throttling="flat", preemptions="flat"),
     "capacity-exceeded": _moves(request_rate="up", queue_time="up", time_to_first_token="up", prefill_time="flat",
                                 decode_time="flat", prompt_length="flat", output_length="flat"),
     "no-fault": (),

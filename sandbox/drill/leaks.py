@@ -39,6 +39,8 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "cpu-throttled-replica": ("throttled replica", "cpu throttle fault", "throttle replica", "cpu-throttle"),
     "kernel-fallback": ("kernel fallback", "fallback kernel", "slow kernel path"),
     "kv-cache-too-small": ("kv cache too small", "tiny kv cache", "small kv cache", "small cache"),
+    "max-num-seqs-too-low": ("max num seqs too low", "max_num_seqs too low", "max-num-seqs too low", "batch of one",
+                             "batch cap", "too few sequences"),
     "weight-quantization-too-coarse": ("quantization too coarse", "coarse quantization", "bad quantization"),
     "kv-cache-quantization": ("kv cache quantization", "kv quantization", "bad kv scale", "kv scale"),
     "draft-model-mismatch": ("draft mismatch", "mismatched draft", "wrong draft", "draft model mismatch"),

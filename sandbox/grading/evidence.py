@@ -54,6 +54,11 @@ CATALOGUE: tuple[Piece, ...] = (
         ("running", "sum(vllm:num_requests_running)"),
         ("waiting", "sum(vllm:num_requests_waiting)"),
     )),
+    Piece("queue-by-replica", "requests running and waiting by replica; queue time by replica", (
+        ("running by replica", "max by (replica) (vllm:num_requests_running)"),
+        ("waiting by replica", "max by (replica) (vllm:num_requests_waiting)"),
+        ("queue time p99 by replica", _q("request_queue_time_seconds", 0.99, "replica")),
+    ), decomposes_latency=True),
     Piece("iteration-tokens", "tokens per engine step", (
         ("tokens per step p50", _q("iteration_tokens_total", 0.5)),
         ("tokens per step p99", _q("iteration_tokens_total", 0.99)),

@@ -93,10 +93,10 @@ def test_without_an_engine_container_variants_are_skipped_by_seeded_choice_and_a
     assert "no Docker engine answers" in container_node.unrunnable(incident.variants["noisy-neighbour"])
     assert container_node.unrunnable(incident.variants["throttled"]) is None
     chosen = _runnable_variant(incident, "noisy-neighbour", seed=0)
-    assert chosen in ("throttled", "kernel-path", "small-cache")
+    assert chosen in ("throttled", "small-cache", "batch-cap")  # drawn and runnable (kernel-path: by name only)
     assert _runnable_variant(incident, "noisy-neighbour", seed=0) == chosen  # the seed decides
     cases = _runnable_cases([(incident, v) for v in incident.variants])
-    assert [v for _, v in cases] == ["throttled", "kernel-path", "small-cache"]
+    assert [v for _, v in cases] == ["throttled", "kernel-path", "small-cache", "batch-cap"]
     assert "skipping slow-replica / noisy-neighbour: it needs a container node" in capsys.readouterr().err
 
 

@@ -90,5 +90,5 @@ def test_the_list_shows_every_incident_and_no_variant_or_cause(tmp_path):
 def test_the_shipped_catalogue_has_every_incident_with_its_variants():
     catalogue = load_catalogue(REPO / "incidents")
     counts = {i.id: len(i.variants) for i in catalogue.values()}
-    assert counts == {"ttft-after-deploy": 4, "oom-at-peak": 3, "flaky-outputs": 3, "slow-replica": 4,
+    assert counts == {"ttft-after-deploy": 4, "oom-at-peak": 3, "flaky-outputs": 3, "slow-replica": 5,
                       "quality-regression": 3, "tpot-regression": 4, "traffic-surge": 1, "quiet-shift": 1}

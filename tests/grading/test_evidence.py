@@ -30,7 +30,7 @@ def test_an_unknown_piece_is_refused_with_the_closest_name():
 
 def test_latency_decomposition_is_marked_on_the_pieces_that_split_it():
     assert {p.name for p in CATALOGUE if p.decomposes_latency} == {"ttft-split", "latency-by-replica",
-                                                                   "latency-by-version"}
+                                                                   "latency-by-version", "queue-by-replica"}
 
 
 def test_a_sparkline_follows_the_shape_and_skips_gaps():

@@ -55,3 +55,9 @@ def test_the_time_between_tokens_page_has_a_speculation_cause_and_two_of_cpu(cau
 def test_the_accuracy_page_has_two_quantization_causes_and_a_stop_token(causes_by_alert):
     assert causes_by_alert["CanaryAccuracyLow"] == {"weight-quantization-too-coarse", "kv-cache-quantization",
                                                     "stop-token-misconfigured"}
+
+
+def test_the_replica_ttft_page_has_a_cpu_a_kv_cache_and_a_sequence_cap_cause(causes_by_alert):
+    # the kernel fallback runs by name only: on a 2-core CPU its page margins were 1.05-1.37 in ten of twelve runs
+    assert causes_by_alert["ReplicaTimeToFirstTokenHigh"] == {"cpu-throttled-replica", "kv-cache-too-small",
+                                                              "max-num-seqs-too-low"}

@@ -19,7 +19,7 @@ BRIEF_ROOT_CAUSES = [
     "capacity-exceeded", "no-fault"]
 # causes added since the brief, after its list so its ids keep their places
 ADDED_ROOT_CAUSES = ["speculation-too-deep", "stop-token-misconfigured", "thread-oversubscription",
-                     "cpu-limit-too-low"]
+                     "cpu-limit-too-low", "max-num-seqs-too-low"]
 BRIEF_REMEDIATIONS = [
     "rollback-deploy", "enable-prefix-caching", "raise-prefill-budget", "lower-memory-utilization",
     "lower-max-num-seqs", "restart-replica", "drain-replica", "enable-batch-invariance", "honor-seed",
