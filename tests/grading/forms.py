@@ -103,6 +103,9 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
     ("slow-replica", "small-cache"): (
         ["sum by (replica) (rate(vllm:num_preemptions_total[1m]))", "max by (replica) (vllm:kv_cache_usage_perc)"],
         "sum(rate(vllm:num_preemptions_total[1m]))"),
+    ("slow-replica", "batch-cap"): (
+        ["max by (replica) (vllm:num_requests_waiting)", _mean("vllm:request_queue_time_seconds", "replica")],
+        "sum by (replica) (vllm:num_requests_waiting)"),
     ("oom-at-peak", "abort-path"): (
         ["min_over_time(avg(vllm:kv_cache_usage_perc)[1m:2s])"],
         f"max({USED} / {CAPACITY})"),
