@@ -118,8 +118,7 @@ class Drill:
         run_id, run_dir = (self.record.dir.name, str(self.record.dir)) if self.record else (None, None)
         return DrillResult(run_id, run_dir, status, self.page, self.plan,
                            self.traffic.stats.summary() if self.traffic else {}, error, checks,
-                           self.mitigation_summary,
-                           None if self.slos.drift is None else self.slos.drift.to_dict())
+                           self.mitigation_summary, self.slos.capacity_check())
 
     # -- start ---------------------------------------------------------------------
     def _start(self) -> None:

@@ -142,10 +142,14 @@ class DrillSlos:
         self.steps.note(f"the thresholds are the calibration's: {why}")
         return []
 
+    def capacity_check(self) -> dict | None:
+        """What a cached calibration's check measured against the stack now; None where none was made."""
+        return None if self.drift is None else self.drift.to_dict()
+
     def summary(self) -> dict | None:
         """What run.json says of the calibration this drill ran on."""
         if self.calibration is None:
             return None
         return {"measured_at": self.calibration.measured_at, "knees_rps": self.calibration.knees(),
                 "ceilings_rps": self.calibration.ceilings(), "thresholds": self.thresholds,
-                "capacity_check": None if self.drift is None else self.drift.to_dict()}
+                "capacity_check": self.capacity_check()}

@@ -41,12 +41,8 @@ ALERT_SETTLE_PAD_S = 5.0
 # Symptoms that follow an incident's own: replicas that fail and restart leave the rest a queue (not conversely).
 FOLLOWS = {"errors": ("errors", "latency")}
 REL_CHANGE = 0.2
-# (c): latency on a shared 2-core machine drifts between two healthy windows of one run (per-token time follows
-# the batch; a minute's TTFT p99 is its slowest request or two), so another incident's latency primary must
-# double: in the accuracy drills of 2026-12-05, whose faults do not touch latency, the fleet's TTFT p99 read
-# 0.99-1.52x its baseline (six runs; at half, one failed), and a healthy replica's went 1.74x in seconds
-# (sandbox/calibration/baseline_slos.py). A latency page needs 2.25x its healthy bucket's top; latency faults
-# move 2-70x.
+# (c): another kind's latency primary must double: healthy, a minute's TTFT p99 read 0.99-1.52x its baseline in six
+# accuracy drills (2026-12-05); a latency page needs 2.25x its healthy bucket's top, and latency faults move 2-70x.
 OTHERS_REL_CHANGE = {"latency": 1.0}
 SIGMAS = 3.0
 ABS_FLOOR = 1e-3
