@@ -110,6 +110,8 @@ def _current_value(config, key: str):
     section, _, name = key.rpartition(".")
     engine_fields = {f.name for f in fields(EngineConfig)}
     app_fields = {f.name for f in fields(ServeAppConfig)} - {"engine"}
+    if section == "env":  # unset is None: the revert's `env.NAME=null` removes what the deploy added
+        return config.env.get(name)
     if section == "engine" or (section == "" and name in engine_fields and name not in app_fields):
         engine = config.args.get("engine") or {}
         return engine[name] if name in engine else (None if name == "model" else _default(EngineConfig, name))

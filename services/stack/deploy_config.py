@@ -7,6 +7,9 @@ Override keys:
     knobs.<field>=<v>                a ReplicaKnobs field (LLMServer user_config): reconfigure() in place
     ingress.<field>=<v>              an IngressSettings field (OpenAIIngress user_config, e.g. its admission
                                      limit max_inflight_requests): reconfigure() in place
+    env.<NAME>=<v>                   an environment variable of the replicas' processes (LLMServer's
+                                     runtime_env), read where a library reads it, at start: a new version,
+                                     rolled out; an empty value removes it
     model_name=..., default_max_tokens=..., wedge_timeout_s=...   other application args
 Values are YAML scalars (`true`, `512`, `0.5`, `null`).
 """
@@ -24,6 +27,7 @@ from services.serve.admission import IngressSettings
 from services.serve.config import ReplicaKnobs, ServeAppConfig
 
 SERVER, INGRESS = "LLMServer", "OpenAIIngress"
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
 def _engine_fields() -> set[str]:
@@ -94,6 +98,29 @@ class DeployConfig:
         return ServeAppConfig.from_dict(self.args).model_name
 
     @property
+    def env(self) -> dict[str, str]:
+        """The replicas' environment variables this config sets (LLMServer's runtime_env)."""
+        options = self.deployment(SERVER).get("ray_actor_options") or {}
+        return dict((options.get("runtime_env") or {}).get("env_vars") or {})
+
+    def _set_env(self, name: str, value) -> None:
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"env.{name}: an environment variable name is upper-case letters, digits and '_'")
+        env = self.env
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = str(value)
+        options = self.deployment(SERVER).setdefault("ray_actor_options", {})
+        runtime_env = {**(options.get("runtime_env") or {}), "env_vars": env}
+        if not env:
+            runtime_env.pop("env_vars")
+        if runtime_env:
+            options["runtime_env"] = runtime_env
+        else:
+            options.pop("runtime_env", None)
+
+    @property
     def replicas(self) -> int:
         return int(self.deployment(SERVER).get("num_replicas", 1))
 
@@ -117,7 +144,7 @@ class DeployConfig:
     def with_overrides(self, assignments: list[str], version: str | None = None) -> DeployConfig:
         """Apply `key=value` overrides; a change to the application args gets the next version."""
         new = self.copy()
-        before = copy.deepcopy(new.args)
+        before, env_before = copy.deepcopy(new.args), new.env
         engine_fields = _engine_fields()
         knob_fields = {f.name for f in fields(ReplicaKnobs)}
         ingress_fields = {f.name for f in fields(IngressSettings)}
@@ -137,6 +164,8 @@ class DeployConfig:
                                                           name: value}
             elif section in ("", "engine") and name in engine_fields and (section or name not in app_fields):
                 new.args.setdefault("engine", {})[name] = value
+            elif section == "env" and name:
+                new._set_env(name, value)
             elif section == "" and name == "replicas":
                 new.deployment(SERVER)["num_replicas"] = value
             elif section == "" and name in app_fields:
@@ -144,10 +173,11 @@ class DeployConfig:
             else:
                 raise ValueError(f"unknown setting {key!r}: use version, replicas, engine.<EngineConfig field>, "
                                  f"knobs.<{'|'.join(sorted(knob_fields))}>, "
-                                 f"ingress.<{'|'.join(sorted(ingress_fields))}> or {', '.join(sorted(app_fields))}")
+                                 f"ingress.<{'|'.join(sorted(ingress_fields))}>, env.<NAME> or "
+                                 f"{', '.join(sorted(app_fields))}")
         if version is not None:
             new.args["version"] = version
-        elif new.args != before and new.args.get("version") == before.get("version"):
+        elif (new.args != before or new.env != env_before) and new.args.get("version") == before.get("version"):
             new.args["version"] = next_version(str(before.get("version", "v1")))
         new.validate()
         return new

@@ -50,6 +50,17 @@ def test_knobs_and_replicas_keep_the_version():
     assert new.replicas == 3
 
 
+def test_an_environment_variable_goes_to_the_replicas_runtime_env_as_a_new_version_and_an_empty_one_removes_it():
+    new = config().with_overrides(["env.OMP_WAIT_POLICY=ACTIVE"])
+    assert new.version == "v2" and new.env == {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert new.deployment(SERVER)["ray_actor_options"] == {"num_cpus": 1,
+                                                          "runtime_env": {"env_vars": {"OMP_WAIT_POLICY": "ACTIVE"}}}
+    back = new.with_overrides(["env.OMP_WAIT_POLICY="], version="v1")
+    assert back.version == "v1" and back.env == {} and back.deployment(SERVER)["ray_actor_options"] == {"num_cpus": 1}
+    with pytest.raises(ValueError, match="env.omp: an environment variable name"):
+        config().with_overrides(["env.omp=1"])
+
+
 def test_an_explicit_version_wins():
     assert config().with_overrides(["max_num_seqs=8"], version="canary").version == "canary"
 
