@@ -35,3 +35,11 @@ def test_a_deploy_of_several_settings_is_gone_once_one_of_them_is_back(tmp_path)
     both = ["engine.quantization=int4", "engine.quantization_granularity=per-module"]
     assert fault.in_place(_serving(tmp_path, both, "v2")).startswith("the serving version v2 runs")
     assert fault.in_place(_serving(tmp_path, both[:1], "v3")) is None
+
+
+def test_a_deploy_of_an_environment_variable_is_in_place_while_the_serving_version_sets_it(tmp_path):
+    fault = build({"type": "deploy", "set": {"env.OMP_WAIT_POLICY": "ACTIVE"}})
+    assert fault.assignments() == ['env.OMP_WAIT_POLICY="ACTIVE"']
+    assert fault.in_place(_serving(tmp_path, ["env.OMP_WAIT_POLICY=ACTIVE"], "v2")) \
+        == 'the serving version v2 runs env.OMP_WAIT_POLICY="ACTIVE"'
+    assert fault.in_place(_serving(tmp_path, [], "v1")) is None  # unset reads None, what the revert puts back
