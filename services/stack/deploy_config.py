@@ -112,9 +112,9 @@ class DeployConfig:
         else:
             env[name] = str(value)
         options = self.deployment(SERVER).setdefault("ray_actor_options", {})
-        runtime_env = {**(options.get("runtime_env") or {}), "env_vars": env}
-        if not env:
-            runtime_env.pop("env_vars")
+        runtime_env = {k: v for k, v in (options.get("runtime_env") or {}).items() if k != "env_vars"}
+        if env:
+            runtime_env["env_vars"] = env
         if runtime_env:
             options["runtime_env"] = runtime_env
         else:

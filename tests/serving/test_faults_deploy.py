@@ -42,7 +42,7 @@ def test_a_deploy_rolls_out_a_new_version_and_its_revert_rolls_back(stack, ctx):
     # So: exactly the two new ones, once the old ones are gone, with room to spare.
     stack.wait_for(f'count(vllm:cache_config_info{{version="{old_version}",max_num_batched_tokens="512"}} == 1)',
                    lambda v: v == 2, timeout_s=75)
-    # The same ageing for the second version's replicas, so the tests after this one see the two running ones only.
+    # And the second version's replicas gone too, so the tests after this one see the two running ones only.
     stack.wait_for(f'count(vllm:num_requests_running{{version!="{old_version}"}}) or vector(0)', lambda v: v == 0,
                    timeout_s=60)
 
