@@ -84,7 +84,7 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
         [_SHORT_OUTPUTS, _share(CHECKS, "", "wrong", "task", "max")],
         # the share that ran past 5 tokens, fleet-wide (the quantized variants' signatures speak of the fleet)
         '1 - sum(rate(vllm:request_generation_tokens_bucket{le="5.0"}[1m])) / sum(rate(vllm:request_generation_tokens_count[1m]))'),
-    ("tpot-regression", "threads"): (
+    ("tpot-regression", "attention-config"): (
         [_mean("vllm:request_time_per_output_token_seconds", "replica"),
          f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],
         f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"),
