@@ -87,7 +87,7 @@ FORMS: dict[tuple[str, str], tuple[list[str], str]] = {
     ("tpot-regression", "attention-config"): (
         [_mean("vllm:request_time_per_output_token_seconds", "replica"),
          f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"],
-        f"1 - sum(rate({ACCEPTED}[1m])) / sum(rate({DRAFTED}[1m]))"),
+        f"sum by (replica) (rate({THROTTLED}[1m]))"),
     ("tpot-regression", "cpu-limit"): (
         [f"sum by (replica) (rate({THROTTLED}[1m]))", _mean("vllm:request_time_per_output_token_seconds", "replica")],
         f"sum(rate({THROTTLED}[1m]))"),
