@@ -15,8 +15,13 @@ from collections.abc import Callable
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class DrillInterrupted(Exception):
-    """SIGTERM or SIGHUP (Ctrl-C arrives as KeyboardInterrupt): end the drill and clean up."""
+class DrillInterrupted(BaseException):
+    """SIGTERM or SIGHUP (Ctrl-C arrives as KeyboardInterrupt): end the drill and clean up.
+
+    A BaseException, as KeyboardInterrupt is, so a layer that wraps whatever goes wrong in its own error
+    (`except Exception`, as a fault's inject does) lets it through: a SIGTERM mid-injection ended a churn
+    drill as "failed" with "InjectionFailed: deploy: DrillInterrupted: signal 15" where Ctrl-C at the same
+    moment ends it "interrupted"."""
 
 
 class TeardownForced(BaseException):
