@@ -64,7 +64,8 @@ def load_scale(capacity_check: dict | None) -> float | None:
     """What the drill's capacity check did to its load (run.json's calibration.capacity_check): its factor
     where applied, 1.0 where the calibration stood; None where nothing was checked (a fresh calibration, or
     a check that measured nothing). A run whose load moved on the host's noise reads differently from one at
-    its written load (tpot-regression/threads at 0.69 of it: a page margin of 1.41)."""
+    its written load (a tpot-regression variant since dropped, its load scaled to 0.69 on 2026-12-05: a page
+    margin of 1.41)."""
     if not capacity_check:
         return None
     return round(float(capacity_check["factor"]), 3) if capacity_check.get("applied") else 1.0

@@ -1,0 +1,180 @@
+"""Issue 17's table: every drawn variant mitigated twice, once by its best action and once by a plausible wrong one.
+
+    .venv/bin/python bench/mitigation_table.py --list                       the cases, nothing run
+    .venv/bin/python bench/mitigation_table.py --out runs/mitigation.jsonl  run the cases not yet in the file
+    .venv/bin/python bench/mitigation_table.py --out runs/mitigation.jsonl --only slow-replica/throttled
+    .venv/bin/python bench/mitigation_table.py --out runs/mitigation.jsonl --table   the Markdown table, nothing run
+
+Each case is one `bench/mitigation_drill.py` (its own fresh stack, the action applied once run.json shows the
+page). A line is appended to the output file as each case ends, and a case already there is skipped: the table
+(44 drills of about 15 minutes each on the 2-core machine) is gathered over several sittings, and a sitting
+that ends mid-case loses that case only. Not a test, and never beside another stack.
+
+What a case expects: the best action recovers (oracle: recovered, invariant holds); the wrong one does not
+(not recovered, or worse). The wrong action is the one a candidate who took the variant for its closest sibling
+would take, so it is a real operation that leaves the mechanism in place:
+- a cause in one replica: the same action on another replica (`--replica other`), the slip of someone who read
+  the wrong row of the by-replica table;
+- a fleet-wide deploy cause: the setting change a sibling's cause calls for, a new version that keeps the bad
+  setting (prefix caching off is not cured by a larger prefill budget);
+- a cause with no deploy (the load, the prompt mix, the control): an action that disrupts what is healthy
+  (rolling back the harmless deploy, restarting a replica).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DRILL = REPO / "bench" / "mitigation_drill.py"
+PYTHON = REPO / ".venv" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class Case:
+    incident: str
+    variant: str
+    role: str  # "best" | "wrong"
+    action: str
+    replica: str | None = None  # "injected" | "other" for a replica action; None for the rest
+
+    @property
+    def key(self) -> str:
+        return f"{self.incident}/{self.variant}/{self.role}"
+
+    def expected(self, outcome: str | None) -> bool:
+        return outcome == "recovered" if self.role == "best" else outcome in ("not recovered", "worse")
+
+
+def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: bool = False) -> list[Case]:
+    def pick(action: str, role: str) -> str | None:
+        if action not in ("restart-replica", "drain-replica"):
+            return None
+        return ("injected" if role == "best" else "other") if replica_cause else None
+    return [Case(incident, variant, "best", best, pick(best, "best")),
+            Case(incident, variant, "wrong", wrong, pick(wrong, "wrong"))]
+
+
+# The drawn variants (weight > 0), each with the first remediation of its answer as the best action.
+CASES: list[Case] = [
+    *_pair("ttft-after-deploy", "prefix-off", "rollback-deploy", "raise-prefill-budget"),
+    *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "enable-prefix-caching"),
+    *_pair("ttft-after-deploy", "prompts-grew", "scale-out", "rollback-deploy"),  # the decoy: its deploy is harmless
+    *_pair("traffic-surge", "surge", "scale-out", "rollback-deploy"),
+    *_pair("tpot-regression", "depth", "rollback-deploy", "restart-replica"),
+    *_pair("tpot-regression", "attention-config", "rollback-deploy", "restart-replica"),
+    *_pair("tpot-regression", "cpu-limit", "raise-cpu-limit", "rollback-deploy"),
+    *_pair("slow-replica", "throttled", "drain-replica", "drain-replica", replica_cause=True),
+    *_pair("slow-replica", "noisy-neighbour", "drain-replica", "drain-replica", replica_cause=True),
+    *_pair("slow-replica", "small-cache", "restart-replica", "restart-replica", replica_cause=True),
+    *_pair("slow-replica", "batch-cap", "restart-replica", "restart-replica", replica_cause=True),
+    *_pair("flaky-outputs", "one-replica", "restart-replica", "restart-replica", replica_cause=True),
+    *_pair("flaky-outputs", "batch-variance", "enable-batch-invariance", "honor-seed"),
+    *_pair("flaky-outputs", "seed-scope", "honor-seed", "enable-batch-invariance"),
+    *_pair("oom-at-peak", "headroom", "lower-memory-utilization", "lower-max-num-seqs"),
+    *_pair("oom-at-peak", "abort-path", "rollback-deploy", "lower-memory-utilization"),
+    *_pair("oom-at-peak", "batch-size", "lower-max-num-seqs", "lower-memory-utilization"),
+    *_pair("quality-regression", "weights", "rollback-deploy", "restart-replica"),
+    *_pair("quality-regression", "kv", "rollback-deploy", "restart-replica"),
+    *_pair("quality-regression", "eos", "rollback-deploy", "requantize-finer"),
+    *_pair("quiet-shift", "nothing", "no-action", "restart-replica"),  # the control: any disruption is worse
+]
+
+
+def done(out: Path) -> dict[str, dict]:
+    rows = {}
+    if out.exists():
+        for line in out.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a sitting's end: that case runs again
+            rows[row["case"]] = row
+    return rows
+
+
+def run_case(case: Case, duration: int) -> dict:
+    argv = [str(PYTHON), str(DRILL), case.incident, case.variant, case.action, "--duration", str(duration)]
+    if case.replica:
+        argv += ["--replica", case.replica]
+    started = time.time()
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        result = {"unparsed": out.stdout[-1000:], "stderr": out.stderr[-1000:]}
+    mitigation = ((result.get("drill") or {}).get("mitigation") or {})
+    verdict = mitigation.get("verdict") or {}
+    applied = result.get("applied") or {}
+    return {"case": case.key, "incident": case.incident, "variant": case.variant, "role": case.role,
+            "action": case.action, "replica": case.replica, "ran_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)),
+            "took_s": round(time.time() - started), "action_rc": applied.get("rc"),
+            "from_page_s": next((a.get("from_page_s") for a in mitigation.get("actions") or []), None),
+            "outcome": verdict.get("outcome"), "ttm_s": mitigation.get("ttm_s"), "reason": verdict.get("reason"),
+            "other_pages": verdict.get("other_pages"), "as_expected": case.expected(verdict.get("outcome")),
+            "raw": result}
+
+
+def table(rows: dict[str, dict]) -> str:
+    lines = ["| incident/variant | role | action | applied (s after page) | outcome | TTM (s) | as expected | ran at |",
+             "|---|---|---|---|---|---|---|---|"]
+    for case in CASES:
+        row = rows.get(case.key)
+        action = case.action + (f" --replica {case.replica}" if case.replica else "")
+        if row is None:
+            lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | - | not run | - | - | - |")
+            continue
+        lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | {row['from_page_s']} | "
+                     f"{row['outcome'] or 'no verdict (rc ' + str(row['action_rc']) + ')'} | {row['ttm_s'] or '-'} | "
+                     f"{'yes' if row['as_expected'] else 'NO'} | {row['ran_at']} |")
+    ran = [rows[c.key] for c in CASES if c.key in rows]
+    lines.append(f"\n{len(ran)} of {len(CASES)} cases run, {sum(r['as_expected'] for r in ran)} as expected.")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, help="the JSON-lines file the cases append to (and are resumed from)")
+    ap.add_argument("--only", action="append", default=[], metavar="INCIDENT/VARIANT",
+                    help="run only these variants' cases (repeatable)")
+    ap.add_argument("--duration", type=int, default=840, help="each drill's traffic, s (mitigation_drill.py's default)")
+    ap.add_argument("--list", action="store_true", help="print the cases and exit")
+    ap.add_argument("--table", action="store_true", help="print the Markdown table from --out and exit")
+    args = ap.parse_args()
+    known = {f"{c.incident}/{c.variant}" for c in CASES}
+    unknown = [o for o in args.only if o not in known]
+    if unknown:
+        print(f"mitigation_table: unknown variant(s) {unknown}; known: {sorted(known)}", file=sys.stderr)
+        return 2
+    if args.list:
+        for c in CASES:
+            print(c.key, c.action, c.replica or "")
+        return 0
+    if args.out is None:
+        print("mitigation_table: --out FILE is needed to run or tabulate", file=sys.stderr)
+        return 2
+    if args.table:
+        print(table(done(args.out)))
+        return 0
+    for case in CASES:
+        if args.only and f"{case.incident}/{case.variant}" not in args.only:
+            continue
+        if case.key in done(args.out):
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] {case.key}: {case.action}", file=sys.stderr, flush=True)
+        row = run_case(case, args.duration)
+        with args.out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"[{time.strftime('%H:%M:%S')}] {case.key}: {row['outcome']} (ttm {row['ttm_s']})", file=sys.stderr,
+              flush=True)
+    print(table(done(args.out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
