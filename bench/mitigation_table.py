@@ -42,13 +42,17 @@ class Case:
     role: str  # "best" | "wrong"
     action: str
     replica: str | None = None  # "injected" | "other" for a replica action; None for the rest
+    # the oracle's outcomes that count as expected; the control has no page to recover from, so its oracle
+    # gives no verdict (None), and its grading (no-action full, any change worse) is tested in
+    # tests/grading/test_remediation_acted.py
+    expect: tuple[str | None, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.incident}/{self.variant}/{self.role}"
 
     def expected(self, outcome: str | None) -> bool:
-        return outcome == "recovered" if self.role == "best" else outcome in ("not recovered", "worse")
+        return outcome in self.expect
 
 
 def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: bool = False) -> list[Case]:
@@ -56,8 +60,8 @@ def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: 
         if action not in ("restart-replica", "drain-replica"):
             return None
         return ("injected" if role == "best" else "other") if replica_cause else None
-    return [Case(incident, variant, "best", best, pick(best, "best")),
-            Case(incident, variant, "wrong", wrong, pick(wrong, "wrong"))]
+    return [Case(incident, variant, "best", best, pick(best, "best"), ("recovered",)),
+            Case(incident, variant, "wrong", wrong, pick(wrong, "wrong"), ("not recovered", "worse"))]
 
 
 # The drawn variants (weight > 0), each with the first remediation of its answer as the best action.
@@ -82,7 +86,9 @@ CASES: list[Case] = [
     *_pair("quality-regression", "weights", "rollback-deploy", "restart-replica"),
     *_pair("quality-regression", "kv", "rollback-deploy", "restart-replica"),
     *_pair("quality-regression", "eos", "rollback-deploy", "requantize-finer"),
-    *_pair("quiet-shift", "nothing", "no-action", "restart-replica"),  # the control: any disruption is worse
+    # the control: nothing to recover from, so no verdict either way (the grader calls any change worse)
+    Case("quiet-shift", "nothing", "best", "no-action", expect=(None,)),
+    Case("quiet-shift", "nothing", "wrong", "restart-replica", expect=(None,)),
 ]
 
 
