@@ -11,14 +11,17 @@ page). A line is appended to the output file as each case ends, and a case alrea
 that ends mid-case loses that case only. Not a test, and never beside another stack.
 
 What a case expects: the best action recovers (oracle: recovered, invariant holds); the wrong one does not
-(not recovered, or worse). The wrong action is the one a candidate who took the variant for its closest sibling
-would take, so it is a real operation that leaves the mechanism in place:
-- a cause in one replica: the same action on another replica (`--replica other`), the slip of someone who read
+(not recovered, or worse). The wrong action is a real operation that leaves the mechanism in place, one a
+candidate who misread the evidence would take:
+- a cause in one replica: the right action on another replica (`--replica other`), the slip of someone who read
   the wrong row of the by-replica table;
-- a fleet-wide deploy cause: the setting change a sibling's cause calls for, a new version that keeps the bad
-  setting (prefix caching off is not cured by a larger prefill budget);
-- a cause with no deploy (the load, the prompt mix, the control): an action that disrupts what is healthy
-  (rolling back the harmless deploy, restarting a replica).
+- a cause in every replica (a deploy, an in-place limit): `restart-replica`, "restart it and see", whose
+  replica comes back on the same version (from an in-place CPU limit, without it, while the other keeps its own). A sibling's setting change is no such action: each puts a setting back
+  to the shipped value and is refused where it already is (sandbox/mitigation/settings.py; the first run of
+  prefix-off's wrong case, raise-prefill-budget, exited 2 and changed nothing);
+- a leak that a restart does cure (abort-path, where restart-replica is an accepted remedy): `shed-load`, which
+  protects admitted requests while the leak goes on;
+- a cause in the traffic: rolling back the harmless deploy (the decoy), or a restart (the surge, no deploy).
 """
 from __future__ import annotations
 
@@ -66,26 +69,26 @@ def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: 
 
 # The drawn variants (weight > 0), each with the first remediation of its answer as the best action.
 CASES: list[Case] = [
-    *_pair("ttft-after-deploy", "prefix-off", "rollback-deploy", "raise-prefill-budget"),
-    *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "enable-prefix-caching"),
+    *_pair("ttft-after-deploy", "prefix-off", "rollback-deploy", "restart-replica"),
+    *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "restart-replica"),
     *_pair("ttft-after-deploy", "prompts-grew", "scale-out", "rollback-deploy"),  # the decoy: its deploy is harmless
-    *_pair("traffic-surge", "surge", "scale-out", "rollback-deploy"),
+    *_pair("traffic-surge", "surge", "scale-out", "restart-replica"),
     *_pair("tpot-regression", "depth", "rollback-deploy", "restart-replica"),
     *_pair("tpot-regression", "attention-config", "rollback-deploy", "restart-replica"),
-    *_pair("tpot-regression", "cpu-limit", "raise-cpu-limit", "rollback-deploy"),
+    *_pair("tpot-regression", "cpu-limit", "raise-cpu-limit", "restart-replica"),
     *_pair("slow-replica", "throttled", "drain-replica", "drain-replica", replica_cause=True),
     *_pair("slow-replica", "noisy-neighbour", "drain-replica", "drain-replica", replica_cause=True),
     *_pair("slow-replica", "small-cache", "restart-replica", "restart-replica", replica_cause=True),
     *_pair("slow-replica", "batch-cap", "restart-replica", "restart-replica", replica_cause=True),
     *_pair("flaky-outputs", "one-replica", "restart-replica", "restart-replica", replica_cause=True),
-    *_pair("flaky-outputs", "batch-variance", "enable-batch-invariance", "honor-seed"),
-    *_pair("flaky-outputs", "seed-scope", "honor-seed", "enable-batch-invariance"),
-    *_pair("oom-at-peak", "headroom", "lower-memory-utilization", "lower-max-num-seqs"),
-    *_pair("oom-at-peak", "abort-path", "rollback-deploy", "lower-memory-utilization"),
-    *_pair("oom-at-peak", "batch-size", "lower-max-num-seqs", "lower-memory-utilization"),
+    *_pair("flaky-outputs", "batch-variance", "enable-batch-invariance", "restart-replica"),
+    *_pair("flaky-outputs", "seed-scope", "honor-seed", "restart-replica"),
+    *_pair("oom-at-peak", "headroom", "lower-memory-utilization", "restart-replica"),
+    *_pair("oom-at-peak", "abort-path", "rollback-deploy", "shed-load"),
+    *_pair("oom-at-peak", "batch-size", "lower-max-num-seqs", "restart-replica"),
     *_pair("quality-regression", "weights", "rollback-deploy", "restart-replica"),
     *_pair("quality-regression", "kv", "rollback-deploy", "restart-replica"),
-    *_pair("quality-regression", "eos", "rollback-deploy", "requantize-finer"),
+    *_pair("quality-regression", "eos", "rollback-deploy", "restart-replica"),
     # the control: nothing to recover from, so no verdict either way (the grader calls any change worse)
     Case("quiet-shift", "nothing", "best", "no-action", expect=(None,)),
     Case("quiet-shift", "nothing", "wrong", "restart-replica", expect=(None,)),
