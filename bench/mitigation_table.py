@@ -67,7 +67,9 @@ def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: 
             Case(incident, variant, "wrong", wrong, pick(wrong, "wrong"), ("not recovered", "worse"))]
 
 
-# The drawn variants (weight > 0), each with the first remediation of its answer as the best action.
+# The drawn variants (weight > 0), each with a remediation its answer accepts as the best action: the first one,
+# except where that cannot act on this stack (no-action for the decoy; raise-kv-cache for small-cache, whose
+# restart of the injected replica brings it back on the deployed pool).
 CASES: list[Case] = [
     *_pair("ttft-after-deploy", "prefix-off", "rollback-deploy", "restart-replica"),
     *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "restart-replica"),
