@@ -34,6 +34,9 @@ from services.stack.state import NoStackError, StackState, pid_alive
 
 PROJECT = "sandbox"  # container names: sandbox-ray-head-1 (v2) / sandbox_ray-head_1 (v1)
 MARKER = "compose.json"  # in the compose directory while the compose stack is up: how to bring it down
+# Files merged over compose.yaml (os.pathsep between them): docker/compose.offline.yaml where no registry is
+# reachable (scripts/compose_offline.sh). `down` takes them from the marker, so it needs no variable.
+OVERRIDE_VAR = "SANDBOX_COMPOSE_OVERRIDE"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
@@ -108,11 +111,13 @@ class ComposeBackend:
         self.steps = steps or Steps()
         self.compose_file = Path(compose_file)
         self.env = dict(os.environ if env is None else env)
+        self.overrides = [Path(p).resolve() for p in self.env.get(OVERRIDE_VAR, "").split(os.pathsep) if p]
         self.dir = cfg.home / "compose"  # shared with the containers (SANDBOX_COMPOSE_DIR)
 
     # -- the CLI ------------------------------------------------------------------
     def command(self, *args: str, binary: list[str] | None = None) -> list[str]:
-        return [*(binary or compose_binary(self.env)), "-f", str(self.compose_file), "-p", PROJECT, *args]
+        files = [a for f in (self.compose_file, *self.overrides) for a in ("-f", str(f))]
+        return [*(binary or compose_binary(self.env)), *files, "-p", PROJECT, *args]
 
     def compose_env(self) -> dict[str, str]:
         """compose.yaml's variables: where the shared directory is, whose files the containers write, the file of
@@ -126,6 +131,9 @@ class ComposeBackend:
 
     def check(self) -> list[str]:
         """Compose binary and engine, before anything starts; returns the compose argv prefix."""
+        missing = [str(p) for p in self.overrides if not p.is_file()]
+        if missing:
+            raise ComposeUnavailable(f"{OVERRIDE_VAR}: no such compose file: {', '.join(missing)}")
         binary = compose_binary(self.env)
         engine_ping(self.env.get("DOCKER_HOST"))
         return binary
@@ -150,6 +158,7 @@ class ComposeBackend:
         config_path = self.dir / "serve_config.yaml"
         deploy.save(config_path)
         (self.dir / MARKER).write_text(json.dumps({"project": PROJECT, "compose_file": str(self.compose_file),
+                                                   "overrides": [str(p) for p in self.overrides],
                                                    "command": binary}) + "\n")
         try:
             with self.steps.step("docker compose up -d (builds the project image the first time)"):
@@ -193,7 +202,9 @@ class ComposeBackend:
         if not marker.is_file():
             return {"stopped": [], "note": "no compose stack was running"}
         engine_ping(self.env.get("DOCKER_HOST"))
-        binary = json.loads(marker.read_text()).get("command") or None
+        recorded = json.loads(marker.read_text())
+        binary = recorded.get("command") or None
+        self.overrides = [Path(p) for p in recorded.get("overrides", []) if Path(p).is_file()]
         with self.steps.step("docker compose down"):
             self._run(self.command("down", "--volumes", "--remove-orphans", binary=binary), "compose.log")
         if owns(self.cfg):

@@ -15,6 +15,7 @@ import yaml
 
 from services.stack.compose_backend import (
     MARKER,
+    OVERRIDE_VAR,
     PROJECT,
     ComposeBackend,
     ComposeUnavailable,
@@ -189,3 +190,39 @@ def test_a_drill_that_cannot_run_is_refused_before_the_compose_stack_starts(tmp_
     err = " ".join(out.stderr.split())
     assert "must be longer than the injection time" in err and "Docker" not in err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "home").exists()
+
+
+OFFLINE = REPO / "docker" / "compose.offline.yaml"
+
+
+@needs_compose
+def test_an_override_is_merged_after_compose_yaml(tmp_path):
+    env = {"PATH": os.environ["PATH"], OVERRIDE_VAR: str(OFFLINE), "SANDBOX_WHEELHOUSE_URL": "http://127.0.0.1:8765/"}
+    backend = ComposeBackend(SandboxConfig(home=tmp_path / "home"), env=env)
+    binary = [DOCKER_COMPOSE]
+    assert backend.command("up", "-d", binary=binary) == [DOCKER_COMPOSE, "-f", str(REPO / "compose.yaml"), "-f",
+                                                           str(OFFLINE), "-p", PROJECT, "up", "-d"]
+    out = subprocess.run(backend.command("config", binary=binary), env=backend.compose_env(), capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path, check=False)
+    assert out.returncode == 0, out.stderr
+    services = yaml.safe_load(out.stdout)["services"]
+    for name in ("ray-head", "ray-worker", "sandbox"):  # the project image, from the Debian base and the wheelhouse
+        assert services[name]["build"]["args"] == {"BASE": "sandbox-base:bookworm",
+                                                   "PIP_SOURCE": "--no-index --find-links http://127.0.0.1:8765/"}
+        assert services[name]["build"]["context"] == str(REPO)  # compose.yaml's directory, not docker/
+    assert services["prometheus"]["entrypoint"] == ["/usr/bin/prometheus"]
+    assert "--web.listen-address=127.0.0.1:9090" in services["prometheus"]["command"]  # compose.yaml's flags kept
+    assert services["grafana"]["profiles"] == services["cadvisor"]["profiles"] == ["dashboards"]
+
+
+def test_an_override_that_is_not_there_exits_2_before_anything_starts(tmp_path):
+    missing = tmp_path / "nowhere.yaml"
+    with pytest.raises(ComposeUnavailable, match=f"{OVERRIDE_VAR}: no such compose file: {missing}"):
+        ComposeBackend(SandboxConfig(home=tmp_path / "home"), env={"PATH": os.environ["PATH"],
+                                                                   OVERRIDE_VAR: str(missing)}).check()
+    out = subprocess.run([sys.executable, "-m", "sandbox.cli", "up", "--backend", "compose"],
+                         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "SANDBOX_HOME": str(tmp_path / "home"),
+                              "SANDBOX_RUNS": str(tmp_path / "runs"), OVERRIDE_VAR: str(missing)},
+                         capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    assert out.returncode == 2 and "no such compose file" in " ".join(out.stderr.split())
+    assert not (tmp_path / "home").exists()

@@ -4,6 +4,7 @@ Nothing here builds it (no registry is reachable); compose.yaml builds it for us
 """
 import fnmatch
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -20,14 +21,29 @@ def _instructions() -> list[tuple[str, str]]:
 
 def test_the_image_starts_from_python_311_slim_and_installs_the_pinned_cpu_torch_first():
     steps = _instructions()
-    assert steps[0] == ("FROM", "python:3.11-slim")
+    assert steps[:2] == [("ARG", "BASE=python:3.11-slim"), ("FROM", "${BASE}")]  # the offline build names its own
     assert ("ARG", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu") in steps
+    assert ("ARG", "PIP_SOURCE=") in steps  # empty: PyPI, and PyTorch's index for torch
     runs = [arg for op, arg in steps if op == "RUN"]
     pinned = next(d for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
                   if d.startswith("torch"))
-    assert re.search(rf'pip install "{re.escape(pinned)}" --index-url "\$\{{TORCH_INDEX_URL\}}"', runs[0])
-    assert "pip install -e ." in runs[-1]  # the project after torch: its own `torch==` pin is then satisfied
+    assert re.search(rf'pip install "{re.escape(pinned)}" '
+                     r'\$\{PIP_SOURCE:---index-url "\$\{TORCH_INDEX_URL\}"\}', runs[0])
+    assert "pip install ${PIP_SOURCE} -e ." in runs[-1]  # the project after torch: its `torch==` pin is then met
     assert not any("prometheus" in arg for _, arg in steps)
+
+
+def test_the_torch_line_reads_pytorchs_index_by_default_and_only_the_offline_source_when_given():
+    # the RUN line's own expansion, by the shell a Debian or slim base runs it with
+    line = next(arg for op, arg in _instructions() if op == "RUN" and "torch==" in arg)
+    words = line.split("pip install ", 1)[1]
+    env = {"TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu", "PATH": "/usr/bin:/bin"}
+    for source, expected in (("", ["torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu"]),
+                             ("--no-index --find-links http://127.0.0.1:8765/",
+                              ["torch==2.13.0", "--no-index", "--find-links", "http://127.0.0.1:8765/"])):
+        out = subprocess.run(["sh", "-c", f"printf '%s\\n' {words}"], env={**env, "PIP_SOURCE": source},
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.split("\n")[:-1] == expected
 
 
 def test_the_build_context_keeps_what_the_image_runs_from():
