@@ -154,9 +154,10 @@ PROFILES: dict[str, TrafficProfile] = {p.name: p for p in (
                    _EVEN, 0.1, (LengthBand(1.0, 250, 450),), (16, 48)),
     # The context is sized so the grown mix costs more than the base mix's share the drill offers: on a
     # 2-core CPU 120-260 characters cost 0.53 of the base ceiling, right at the 0.55 offered (no queue in
-    # most runs); a cost of a + b x uncached tokens fitted to those two ceilings puts 200-400 at about 0.42,
-    # an overload of 1.3. The longest request stays under max_model_len: 468 (system) + 400 + 32 (task)
-    # + 1 + 48 output = 949 of 1024 positions.
+    # most runs); a cost of a + b x uncached tokens fitted to those two ceilings put 200-400 at about 0.42
+    # (an overload of 1.3), and side by side they measured 0.47 (1.18; bench/results/session-2026-12-07.md).
+    # The longest request stays under max_model_len: 468 (system) + 400 + 32 (task) + 1 + 48 output = 949
+    # of 1024 positions.
     TrafficProfile("shared-prefix-long", "the system prompt, then long context before each task",
                    _EVEN, 0.95, (LengthBand(1.0, 200, 400),), (16, 48)),
     TrafficProfile("documents", "a batch job: questions about one of 32 long documents (after the system "
