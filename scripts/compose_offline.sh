@@ -72,7 +72,9 @@ import sys, tomllib
 print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))
 print("setuptools>=68\nwheel\npip")
 EOF
-    "$PY" -m pip download -q -d "$dir" -r "$WORK/requirements.txt" || die "pip download failed"
+    # (pip warns of every configured local index that lacks a package: noise, filtered)
+    "$PY" -m pip download -q -d "$dir" -r "$WORK/requirements.txt" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2) \
+        || die "pip download failed"
     ls "$dir" | grep -q '^torch-2\.13\.0+cpu' || die "the wheelhouse has no CPU torch wheel: $(ls "$dir" | grep '^torch-')"
 }
 

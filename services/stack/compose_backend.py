@@ -152,7 +152,7 @@ class ComposeBackend:
     def up(self, replicas: int | None = None) -> StackState:
         binary = self.check()
         self._refuse_if_running()
-        for sub in ("targets", "prometheus-data", "logs"):
+        for sub in ("targets", "prometheus-data", "logs", "rules"):  # rules: Prometheus copies them in at start
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         deploy = serve_config(self.cfg.serve_config, replicas)
         config_path = self.dir / "serve_config.yaml"

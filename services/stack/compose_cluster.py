@@ -49,7 +49,7 @@ WORKER_PORT_RANGES: dict[str, tuple[int, int]] = {
 # directory's targets/ holds the file_sd entries of traffic generators and canary probers.
 RAY_SD_FILE = Path("/tmp/ray/session_latest/prom_metrics_service_discovery.json")
 TARGETS_DIR = Path("/sandbox/targets")
-RULES_DIR = Path("/etc/prometheus/rules")  # dashboards/rules, mounted read-only
+RULES_DIR = Path("/etc/prometheus/rules")  # dashboards/rules, copied at start into the shared directory's rules/
 
 # Ray adds this resource (1.0) to the head node only: a tiny share of it pins the ingress there, next to
 # the Serve proxy, while the LLMServer replicas (1 CPU each; the head offers none) land on the workers.

@@ -210,7 +210,8 @@ def test_an_override_is_merged_after_compose_yaml(tmp_path):
         assert services[name]["build"]["args"] == {"BASE": "sandbox-base:bookworm",
                                                    "PIP_SOURCE": "--no-index --find-links http://127.0.0.1:8765/"}
         assert services[name]["build"]["context"] == str(REPO)  # compose.yaml's directory, not docker/
-    assert services["prometheus"]["entrypoint"] == ["/usr/bin/prometheus"]
+    assert services["prometheus"]["image"] == "sandbox-base:bookworm"  # Debian's Prometheus, compose.yaml's entrypoint
+    assert services["prometheus"]["entrypoint"][:2] == ["/bin/sh", "-c"]
     assert "--web.listen-address=127.0.0.1:9090" in services["prometheus"]["command"]  # compose.yaml's flags kept
     assert services["grafana"]["profiles"] == services["cadvisor"]["profiles"] == ["dashboards"]
 

@@ -160,7 +160,13 @@ def test_grafana_is_provisioned_from_the_repos_dashboards_with_anonymous_viewers
 def test_prometheus_loads_the_repos_rule_files_and_the_generated_config():
     prometheus = _services()["prometheus"]
     mounts = _mounts(prometheus)
-    assert Path(mounts[str(RULES_DIR)]) == REPO / "dashboards" / "rules"
+    # the repo's rules, copied at every start into the shared directory's rules/, where a calibrated drill
+    # replaces the thresholds file and reloads it (the local stack's run directory does the same)
+    assert Path(mounts["/etc/prometheus/defaults"]) == REPO / "dashboards" / "rules"
+    assert Path(mounts[str(RULES_DIR)]) == REPO / "runs" / "sandbox" / "compose" / "rules"
+    entrypoint = prometheus["entrypoint"]
+    assert entrypoint[:2] == ["/bin/sh", "-c"] and entrypoint[3] == "prometheus"
+    assert entrypoint[2] == f'cp -f /etc/prometheus/defaults/*.rules.yml {RULES_DIR}/ && exec prometheus "$$@"'
     assert Path(mounts["/etc/prometheus/prometheus.yml"]) == PROMETHEUS_CONFIG
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     assert config["rule_files"] == [str(RULES_DIR / p.name) for p in rule_files()] and config["rule_files"]
