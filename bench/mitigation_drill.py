@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--replica", choices=("first", "injected", "other"), default="first",
                     help="the replica a replica action takes")
+    # The drill's watch stops asking its oracle once it says recovered or worse, so the verdict at the drill's
+    # end is the one it settled on: ending it then (Ctrl-C; the drill says "interrupted") changes no outcome and
+    # saves the rest of the duration. A case that does not settle runs its whole duration.
+    ap.add_argument("--full-duration", action="store_true", help="run the whole duration even once settled")
     args = ap.parse_args()
     cfg = SandboxConfig.from_env()
     argv = [SANDBOX, "drill", args.incident, "--variant", args.variant, "--headless", "--duration",
@@ -71,14 +76,32 @@ def main() -> int:
             action = {"rc": out.returncode, "report": out.stdout.strip() or " ".join(out.stderr.split())[-300:],
                       "page_at_s": public["page"].get("at_s")}
         time.sleep(1.0)
+    settled_at = None
+    while action is not None and not args.full_duration and drill.poll() is None:
+        if _settled(info["run_dir"], cfg):
+            settled_at = time.time()
+            drill.send_signal(signal.SIGINT)
+            break
+        time.sleep(5.0)
     stdout, _ = drill.communicate()
     try:
         result = json.loads(stdout)
     except json.JSONDecodeError:
         result = {"unparsed": stdout[-2000:]}
     print(json.dumps({"incident": args.incident, "variant": args.variant, "action": args.action,
-                      "applied": action, "drill_exit": drill.returncode, "drill": result}))
+                      "applied": action, "drill_exit": drill.returncode, "ended_when_settled": settled_at,
+                      "drill": result}))
     return 0 if action and action["rc"] == 0 else 1
+
+
+def _settled(run_dir: str, cfg: SandboxConfig) -> bool:
+    """Whether the drill's oracle has said recovered or worse (its sealed record, re-sealed at each verdict)."""
+    try:
+        sealed = RunRecord.open(Path(run_dir), cfg.keys_dir).unseal()
+    except (OSError, ValueError):  # a seal being replaced: ask again
+        return False
+    verdict = (sealed.get("mitigation") or {}).get("verdict") or {}
+    return verdict.get("outcome") in ("recovered", "worse")
 
 
 if __name__ == "__main__":
