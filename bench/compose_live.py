@@ -76,7 +76,6 @@ def token_checks(state: StackState, home: Path) -> dict:
     got["gcs_without"] = gcs_caller(state.ray_address, home)
     got["gcs_wrong"] = gcs_caller(state.ray_address, home, token_file=wrong)
     got["gcs_with"] = gcs_caller(state.ray_address, home, token_file=state.ray_token_file)
-    del token
     got["ok"] = (all(s == 401 for s in got["dashboard_without"].values())
                  and all(s == 403 for s in got["dashboard_wrong"].values())
                  and all(s == 200 for s in got["dashboard_with"].values())

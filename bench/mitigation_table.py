@@ -68,8 +68,9 @@ def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: 
 
 
 # The drawn variants (weight > 0), each with a remediation its answer accepts as the best action: the first one,
-# except where that cannot act on this stack (no-action for the decoy; raise-kv-cache for small-cache, whose
-# restart of the injected replica brings it back on the deployed pool).
+# except two whose first does not act here. The decoy's first is no-action, so its case is scale-out. small-cache's
+# first is raise-kv-cache, a deploy refused where the deployed pool is already the shipped one (the small pool is one
+# replica's override), so its case is restart-replica, which brings the injected replica back on the deployed pool.
 CASES: list[Case] = [
     *_pair("ttft-after-deploy", "prefix-off", "rollback-deploy", "restart-replica"),
     *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "restart-replica"),
