@@ -48,12 +48,19 @@ def main() -> int:
     # end is the one it settled on: ending it then (Ctrl-C; the drill says "interrupted") changes no outcome and
     # saves the rest of the duration. A case that does not settle runs its whole duration.
     ap.add_argument("--full-duration", action="store_true", help="run the whole duration even once settled")
+    # A wrong action's case has no settled verdict to wait for: "not recovered" may still turn. Its horizon is how
+    # long after the action it is given (mitigation_table.py: what its best sibling needed, plus slack); past it,
+    # the verdict is the one the oracle gave last, and the output says the drill ended at the horizon.
+    ap.add_argument("--horizon", type=float, default=None, metavar="S",
+                    help="end the drill S seconds after the action where no verdict has settled by then")
     args = ap.parse_args()
+    if args.horizon is not None and args.horizon <= 0:
+        ap.error("--horizon must be > 0")
     cfg = SandboxConfig.from_env()
     argv = [SANDBOX, "drill", args.incident, "--variant", args.variant, "--headless", "--duration",
             str(args.duration), "--json"] + (["--seed", str(args.seed)] if args.seed is not None else [])
     drill = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    action = None
+    action, applied_at = None, None
     while drill.poll() is None and action is None:
         info = running_drill(cfg.home)
         public = json.loads((Path(info["run_dir"]) / "run.json").read_text()) if info else {}
@@ -75,11 +82,16 @@ def main() -> int:
                                  text=True, check=False)
             action = {"rc": out.returncode, "report": out.stdout.strip() or " ".join(out.stderr.split())[-300:],
                       "page_at_s": public["page"].get("at_s")}
+            applied_at = time.time()
         time.sleep(1.0)
-    settled_at = None
+    settled_at = horizon_at = None
     while action is not None and not args.full_duration and drill.poll() is None:
         if _settled(info["run_dir"], cfg):
             settled_at = time.time()
+            drill.send_signal(signal.SIGINT)
+            break
+        if args.horizon is not None and time.time() - applied_at >= args.horizon:
+            horizon_at = time.time()
             drill.send_signal(signal.SIGINT)
             break
         time.sleep(5.0)
@@ -90,6 +102,7 @@ def main() -> int:
         result = {"unparsed": stdout[-2000:]}
     print(json.dumps({"incident": args.incident, "variant": args.variant, "action": args.action,
                       "applied": action, "drill_exit": drill.returncode, "ended_when_settled": settled_at,
+                      "ended_at_horizon": horizon_at, "horizon_s": args.horizon,
                       "drill": result}))
     return 0 if action and action["rc"] == 0 else 1
 

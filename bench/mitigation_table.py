@@ -7,8 +7,13 @@
 
 Each case is one `bench/mitigation_drill.py` (its own fresh stack, the action applied once run.json shows the
 page). A line is appended to the output file as each case ends, and a case already there is skipped: the table
-(44 drills of about 15 minutes each on the 2-core machine) is gathered over several sittings, and a sitting
-that ends mid-case loses that case only. Not a test, and never beside another stack.
+(42 drills of 7-15 minutes each on the 2-core machine) is gathered over several sittings, and a sitting that
+ends mid-case loses that case only. `--role best` runs the best cases first. Not a test, and never beside
+another stack.
+
+When a case ends: a best case once its verdict is settled (recovered or worse, which the drill's watch never
+revisits); a wrong case once settled, or at its horizon, what its best sibling needed from its action to a settled
+recovery plus three minutes (`horizon`); otherwise at the drill's duration. The table says which.
 
 What a case expects: the best action recovers (oracle: recovered, invariant holds); the wrong one does not
 (not recovered, or worse). The wrong action is a real operation that leaves the mechanism in place, one a
@@ -110,10 +115,27 @@ def done(out: Path) -> dict[str, dict]:
     return rows
 
 
-def run_case(case: Case, duration: int) -> dict:
+RECOVERY_WINDOW_S = 120.0  # the oracle's quiet window (sandbox/mitigation/oracle.py)
+HORIZON_SLACK_S = 180.0
+
+
+def horizon(case: Case, rows: dict[str, dict]) -> float | None:
+    """How long after its action a wrong case is watched: what its best sibling took from its action to a settled
+    recovery (the time to mitigate, less when the action came after the page, plus the quiet window), and three
+    minutes more. A wrong action that has not recovered by then did not do what the right one did in that time.
+    None (the whole duration) for a best case, or where the best sibling has not recovered in the file."""
+    best = rows.get(f"{case.incident}/{case.variant}/best")
+    if case.role != "wrong" or not best or best.get("outcome") != "recovered":
+        return None
+    return round(best["ttm_s"] - (best["from_page_s"] or 0.0) + RECOVERY_WINDOW_S + HORIZON_SLACK_S)
+
+
+def run_case(case: Case, duration: int, horizon_s: float | None) -> dict:
     argv = [str(PYTHON), str(DRILL), case.incident, case.variant, case.action, "--duration", str(duration)]
     if case.replica:
         argv += ["--replica", case.replica]
+    if horizon_s is not None:
+        argv += ["--horizon", str(horizon_s)]
     started = time.time()
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     try:
@@ -129,21 +151,30 @@ def run_case(case: Case, duration: int) -> dict:
             "from_page_s": next((a.get("from_page_s") for a in mitigation.get("actions") or []), None),
             "outcome": verdict.get("outcome"), "ttm_s": mitigation.get("ttm_s"), "reason": verdict.get("reason"),
             "other_pages": verdict.get("other_pages"), "as_expected": case.expected(verdict.get("outcome")),
+            "ended": ("settled" if result.get("ended_when_settled") else
+                      f"horizon {horizon_s:g} s" if result.get("ended_at_horizon") else "duration"),
             "raw": result}
 
 
+def _ended(row: dict) -> str:
+    """How the case's drill ended; rows written before the table recorded it read it from the drill's output."""
+    if "ended" in row:
+        return row["ended"]
+    return "settled" if (row.get("raw") or {}).get("ended_when_settled") else "duration"
+
+
 def table(rows: dict[str, dict]) -> str:
-    lines = ["| incident/variant | role | action | applied (s after page) | outcome | TTM (s) | as expected | ran at |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| incident/variant | role | action | applied (s after page) | outcome | TTM (s) | as expected | ended | "
+             "ran at |", "|---|---|---|---|---|---|---|---|---|"]
     for case in CASES:
         row = rows.get(case.key)
         action = case.action + (f" --replica {case.replica}" if case.replica else "")
         if row is None:
-            lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | - | not run | - | - | - |")
+            lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | - | not run | - | - | - | - |")
             continue
         lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | {row['from_page_s']} | "
                      f"{row['outcome'] or 'no verdict (rc ' + str(row['action_rc']) + ')'} | {row['ttm_s'] or '-'} | "
-                     f"{'yes' if row['as_expected'] else 'NO'} | {row['ran_at']} |")
+                     f"{'yes' if row['as_expected'] else 'NO'} | {_ended(row)} | {row['ran_at']} |")
     ran = [rows[c.key] for c in CASES if c.key in rows]
     lines.append(f"\n{len(ran)} of {len(CASES)} cases run, {sum(r['as_expected'] for r in ran)} as expected.")
     return "\n".join(lines)
@@ -154,6 +185,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="the JSON-lines file the cases append to (and are resumed from)")
     ap.add_argument("--only", action="append", default=[], metavar="INCIDENT/VARIANT",
                     help="run only these variants' cases (repeatable)")
+    ap.add_argument("--role", choices=("best", "wrong"), help="run only the best (or only the wrong) cases")
     ap.add_argument("--duration", type=int, default=840, help="each drill's traffic, s (mitigation_drill.py's default)")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--table", action="store_true", help="print the Markdown table from --out and exit")
@@ -176,10 +208,13 @@ def main() -> int:
     for case in CASES:
         if args.only and f"{case.incident}/{case.variant}" not in args.only:
             continue
-        if case.key in done(args.out):
+        if case.key in done(args.out) or (args.role and case.role != args.role):
             continue
-        print(f"[{time.strftime('%H:%M:%S')}] {case.key}: {case.action}", file=sys.stderr, flush=True)
-        row = run_case(case, args.duration)
+        rows = done(args.out)
+        h = horizon(case, rows)
+        print(f"[{time.strftime('%H:%M:%S')}] {case.key}: {case.action}"
+              + (f" (horizon {h:g} s after the action)" if h else ""), file=sys.stderr, flush=True)
+        row = run_case(case, args.duration, h)
         with args.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"[{time.strftime('%H:%M:%S')}] {case.key}: {row['outcome']} (ttm {row['ttm_s']})", file=sys.stderr,
