@@ -85,7 +85,9 @@ def main() -> int:
             applied_at = time.time()
         time.sleep(1.0)
     settled_at = horizon_at = None
-    while action is not None and not args.full_duration and drill.poll() is None:
+    if action is not None and action["rc"] != 0 and not args.full_duration and drill.poll() is None:
+        drill.send_signal(signal.SIGINT)  # refused (no room, a bad option): nothing changed, no verdict will come
+    while action is not None and action["rc"] == 0 and not args.full_duration and drill.poll() is None:
         if _settled(info["run_dir"], cfg):
             settled_at = time.time()
             drill.send_signal(signal.SIGINT)
