@@ -7,7 +7,7 @@
 
 Each case is one `bench/mitigation_drill.py` (its own fresh stack, the action applied once run.json shows the
 page). A line is appended to the output file as each case ends, and a case already there is skipped: the table
-(42 drills of 7-15 minutes each on the 2-core machine) is gathered over several sittings, and a sitting that
+(43 drills of 7-15 minutes each on the 2-core machine) is gathered over several sittings, and a sitting that
 ends mid-case loses that case only. `--role best` runs the best cases first. Not a test, and never beside
 another stack.
 
@@ -16,7 +16,8 @@ revisits); a wrong case once settled, or at its horizon, what its best sibling n
 recovery plus three minutes (`horizon`); otherwise at the drill's duration. The table says which.
 
 What a case expects: the best action recovers (oracle: recovered, invariant holds); the wrong one does not
-(not recovered, or worse). The wrong action is a real operation that leaves the mechanism in place, one a
+(not recovered, or worse); the one accepted action in the table, shed-load under the surge, brings the page back
+under its threshold while the cause stays (not recovered, "quiet, but the cause is still in place"). The wrong action is a real operation that leaves the mechanism in place, one a
 candidate who misread the evidence would take:
 - a cause in one replica: the right action on another replica (`--replica other`), the slip of someone who read
   the wrong row of the by-replica table;
@@ -47,20 +48,21 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 class Case:
     incident: str
     variant: str
-    role: str  # "best" | "wrong"
+    role: str  # "best" | "wrong" | "accepted" (an action the answer accepts, short of the best)
     action: str
     replica: str | None = None  # "injected" | "other" for a replica action; None for the rest
     # the oracle's outcomes that count as expected; the control has no page to recover from, so its oracle
     # gives no verdict (None), and its grading (no-action full, any change worse) is tested in
     # tests/grading/test_remediation_acted.py
     expect: tuple[str | None, ...] = ()
+    quiet: bool = False  # the verdict must also say the page went quiet (an accepted action: the SLO back, the cause not)
 
     @property
     def key(self) -> str:
         return f"{self.incident}/{self.variant}/{self.role}"
 
-    def expected(self, outcome: str | None) -> bool:
-        return outcome in self.expect
+    def expected(self, outcome: str | None, reason: str | None = None) -> bool:
+        return outcome in self.expect and (not self.quiet or (reason or "").startswith("quiet"))
 
 
 def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: bool = False) -> list[Case]:
@@ -81,6 +83,9 @@ CASES: list[Case] = [
     *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "restart-replica"),
     *_pair("ttft-after-deploy", "prompts-grew", "scale-out", "rollback-deploy"),  # the decoy: its deploy is harmless
     *_pair("traffic-surge", "surge", "scale-out", "restart-replica"),
+    # shed-load: the admitted requests' TTFT back under the SLO (the page quiet), while the load the fleet cannot
+    # serve is still refused at the door, so the oracle's invariant (capacity for the offered load) is not met
+    Case("traffic-surge", "surge", "accepted", "shed-load", expect=("not recovered",), quiet=True),
     *_pair("tpot-regression", "depth", "rollback-deploy", "restart-replica"),
     *_pair("tpot-regression", "attention-config", "rollback-deploy", "restart-replica"),
     *_pair("tpot-regression", "cpu-limit", "raise-cpu-limit", "restart-replica"),
@@ -150,7 +155,7 @@ def run_case(case: Case, duration: int, horizon_s: float | None) -> dict:
             "took_s": round(time.time() - started), "action_rc": applied.get("rc"),
             "from_page_s": next((a.get("from_page_s") for a in mitigation.get("actions") or []), None),
             "outcome": verdict.get("outcome"), "ttm_s": mitigation.get("ttm_s"), "reason": verdict.get("reason"),
-            "other_pages": verdict.get("other_pages"), "as_expected": case.expected(verdict.get("outcome")),
+            "other_pages": verdict.get("other_pages"), "as_expected": case.expected(verdict.get("outcome"), verdict.get("reason")),
             "ended": ("settled" if result.get("ended_when_settled") else
                       f"horizon {horizon_s:g} s" if result.get("ended_at_horizon") else "duration"),
             "raw": result}
@@ -185,7 +190,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="the JSON-lines file the cases append to (and are resumed from)")
     ap.add_argument("--only", action="append", default=[], metavar="INCIDENT/VARIANT",
                     help="run only these variants' cases (repeatable)")
-    ap.add_argument("--role", choices=("best", "wrong"), help="run only the best (or only the wrong) cases")
+    ap.add_argument("--role", choices=("best", "wrong", "accepted"),
+                    help="run only the cases of this role")
     ap.add_argument("--duration", type=int, default=840, help="each drill's traffic, s (mitigation_drill.py's default)")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--table", action="store_true", help="print the Markdown table from --out and exit")
