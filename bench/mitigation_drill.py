@@ -31,6 +31,7 @@ from services.stack.settings import SandboxConfig
 from services.stack.state import StackState
 
 SANDBOX = str(REPO / ".venv" / "bin" / "sandbox")
+CONTROL_HORIZON_S = 180.0  # a control drill after its action: the recording for the debrief, then the end
 
 
 def main() -> int:
@@ -83,6 +84,10 @@ def main() -> int:
             action = {"rc": out.returncode, "report": out.stdout.strip() or " ".join(out.stderr.split())[-300:],
                       "page_at_s": public["page"].get("at_s")}
             applied_at = time.time()
+            if public["page"].get("alert") is None and args.horizon is None:
+                # the control's report: no alert to recover from, so no oracle and no verdict will ever come; what
+                # the action did is graded from the action log (tests/grading/test_remediation_acted.py)
+                args.horizon = CONTROL_HORIZON_S
         time.sleep(1.0)
     settled_at = horizon_at = None
     if action is not None and action["rc"] != 0 and not args.full_duration and drill.poll() is None:
