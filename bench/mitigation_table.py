@@ -156,16 +156,17 @@ def run_case(case: Case, duration: int, horizon_s: float | None) -> dict:
             "from_page_s": next((a.get("from_page_s") for a in mitigation.get("actions") or []), None),
             "outcome": verdict.get("outcome"), "ttm_s": mitigation.get("ttm_s"), "reason": verdict.get("reason"),
             "other_pages": verdict.get("other_pages"), "as_expected": case.expected(verdict.get("outcome"), verdict.get("reason")),
-            "ended": ("settled" if result.get("ended_when_settled") else
-                      f"horizon {horizon_s:g} s" if result.get("ended_at_horizon") else "duration"),
             "raw": result}
 
 
 def _ended(row: dict) -> str:
-    """How the case's drill ended; rows written before the table recorded it read it from the drill's output."""
-    if "ended" in row:
-        return row["ended"]
-    return "settled" if (row.get("raw") or {}).get("ended_when_settled") else "duration"
+    """How the case's drill ended, from the drill's output: settled, at its horizon, refused, or its duration."""
+    raw = row.get("raw") or {}
+    if raw.get("ended_when_settled"):
+        return "settled"
+    if raw.get("ended_at_horizon"):
+        return f"horizon {raw['horizon_s']:g} s"
+    return "refused" if row.get("action_rc") else "duration"
 
 
 def table(rows: dict[str, dict]) -> str:
