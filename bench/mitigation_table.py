@@ -159,6 +159,10 @@ def run_case(case: Case, duration: int, horizon_s: float | None) -> dict:
             "raw": result}
 
 
+def _or_dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
 def _ended(row: dict) -> str:
     """How the case's drill ended, from the drill's output: settled, at its horizon, refused, or its duration."""
     raw = row.get("raw") or {}
@@ -178,10 +182,14 @@ def table(rows: dict[str, dict]) -> str:
         if row is None:
             lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | - | not run | - | - | - | - |")
             continue
-        lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | {row['from_page_s']} | "
+        lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | {_or_dash(row['from_page_s'])} | "
                      f"{row['outcome'] or 'no verdict (rc ' + str(row['action_rc']) + ')'} | {row['ttm_s'] or '-'} | "
                      f"{'yes' if row['as_expected'] else 'NO'} | {_ended(row)} | {row['ran_at']} |")
     ran = [rows[c.key] for c in CASES if c.key in rows]
+    for row in ran:
+        if row.get("action_rc"):
+            lines.append(f"\n{row['case']}: the action was refused, nothing changed: "
+                         f"{(row['raw'].get('applied') or {}).get('report')}")
     lines.append(f"\n{len(ran)} of {len(CASES)} cases run, {sum(r['as_expected'] for r in ran)} as expected.")
     return "\n".join(lines)
 
