@@ -7,7 +7,8 @@ kernel counts the periods it holds them off the CPU in the container's cgroup
 cpu.stat, which is the replica's own group there, so the replica exports the
 throttling as sandbox:replica_cpu_throttled_seconds_total as cAdvisor would.
 Revert puts back the container's own quota and period (-1: no quota, what a
-container started without --cpus has in its cgroup).
+container started without --cpus has in its cgroup); a container that is gone
+(its replica drained to a fresh machine) took its quota with it.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from faults.base import Fault, FaultContext, Location, check_number, check_replica
-from faults.container_target import ContainerTarget, pick
+from faults.container_target import ContainerTarget, container_replicas, engine, pick
 
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000  # the kernel refuses a smaller quota
@@ -48,11 +49,25 @@ class ContainerCpuQuota(Fault):
         ctx.log(f"container-cpu-quota: {target.name} (replica {target.replica_id}) limited to "
                 f"{self.cpu_fraction:g} CPU")
 
+    def in_place(self, ctx: FaultContext) -> str | None:
+        """A replica serves from a container held under one CPU (the sandbox starts its nodes with no quota)."""
+        for replica, name in container_replicas(ctx):
+            host = engine().containers.get(name).attrs["HostConfig"]
+            quota, period = host.get("CpuQuota") or 0, host.get("CpuPeriod") or PERIOD_US
+            if 0 < quota < period:
+                return f"replica {replica.replica_id} serves from {name}, held to {quota / period:g} CPU"
+        return None
+
     def _revert(self, ctx: FaultContext) -> None:
+        import docker
+
         if self._target is None:
             return
         quota, period = self._original
-        # Docker ignores 0 in an update ("leave as is"); -1 is the cgroup's own word for no quota.
-        self._target.container().update(cpu_period=period or PERIOD_US, cpu_quota=quota if quota > 0 else -1)
-        ctx.log(f"container-cpu-quota (revert): {self._target.name} has its own CPU quota back")
+        try:
+            # Docker ignores 0 in an update ("leave as is"); -1 is the cgroup's own word for no quota.
+            self._target.container().update(cpu_period=period or PERIOD_US, cpu_quota=quota if quota > 0 else -1)
+            ctx.log(f"container-cpu-quota (revert): {self._target.name} has its own CPU quota back")
+        except docker.errors.NotFound:
+            ctx.log(f"container-cpu-quota (revert): {self._target.name} is gone, and its quota with it")
         self._target = None

@@ -19,6 +19,8 @@ from faults.cpu_throttle import lift_quota, quota_of
 from sandbox.mitigation import history, settings, shed_limit
 from sandbox.mitigation.catalogue import ACTIONS, SETTING_CHANGES
 from services.serve.config import torch_threads
+from services.stack import node_pool
+from services.stack.container_node import alive_nodes, docker_engine
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
 from services.stack.deployer import deploy_changes, deploy_config
 from services.stack.progress import Steps
@@ -166,17 +168,39 @@ def restart_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: fl
 def drain_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: float) -> dict:
     """The replica fails its health checks from now on (services/serve/replica_runtime.py): after three (about
     6 s) Serve routes it nothing new, lets what it has in flight finish (its graceful shutdown) and starts a
-    replacement on the deployed config. Slower than a restart, and nothing in flight is lost. Returns once the
-    fleet is whole again."""
-    _, rows = _running_row(ctx, replica)
+    replacement on the deployed config. Slower than a restart, and nothing in flight is lost. A replica on a
+    machine of its own (a container node) moves off it, as a drained node's work does: a fresh machine joins,
+    the old one is cordoned, so the replacement starts on the fresh one, and the old one is removed once
+    empty (services/stack/node_pool.py). Returns once the fleet is whole again."""
+    row, rows = _running_row(ctx, replica)
     import ray
 
     runtime = ctx.runtime()
+    machine = _container_node(ctx, row)
+    if machine is not None:
+        client = docker_engine()
+        with steps.step(f"starting a fresh machine for replica {replica}'s replacement"):
+            fresh, _ = node_pool.join(ctx.cfg, ctx.state, client, ctx.state.container_nodes)
+        node_pool.cordon(ctx.state, machine[1], f"drain-replica {replica}: its replacement goes to {fresh}")
     with steps.step(f"draining replica {replica}"):
         ray.get(runtime.drain.remote(replica))
         report = _replaced(ctx, replica, rows, timeout_s, "draining")  # on a timeout it goes on draining
     ray.get(runtime.forget.remote(replica))  # gone: its id is never used again
+    if machine is not None:
+        with steps.step(f"removing the machine it left ({machine[0]})"):
+            node_pool.leave(ctx.cfg, ctx.state, client, machine[0])
+        report["moved"] = {"from": machine[0], "to": fresh}
     return report
+
+
+def _container_node(ctx: FaultContext, row: dict) -> tuple[str, str] | None:
+    """(name, Ray node id) of the container node the replica runs on; None for one on the head."""
+    if not ctx.state.container_nodes or not row.get("node_id"):
+        return None
+    for node in alive_nodes(ctx.state.dashboard_url, ctx.state.ray_token_file):
+        if node["node_id"] == row["node_id"] and node.get("node_name") in ctx.state.container_nodes:
+            return node["node_name"], node["node_id"]
+    return None
 
 
 def scale_out(ctx: FaultContext, steps: Steps, timeout_s: float) -> dict:

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.stack import alerts, ports, prometheus, ray_cluster, ray_token
-from services.stack.container_node import ContainerNode, NodeSpec, docker_engine, remove_container
+from services.stack.container_node import docker_engine, remove_container
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
+from services.stack.node_pool import SLOT, begin
 from services.stack.progress import Steps
 from services.stack.prometheus_config import render, write_ray_sd_file
 from services.stack.serve_control import ServeControl, running_replicas
@@ -133,13 +134,7 @@ class Stack:
             ctl.wait_dashboard(self.cfg.up_timeout_s)
         finally:
             ctl.close()
-        nodes = []
-        for i in range(1, count + 1):
-            name = f"sandbox-node-{i}"
-            state.container_nodes.append(name)  # recorded first: `down` removes it whatever happens next
-            state.save(self.cfg.state_file)
-            nodes.append(ContainerNode.start(client, NodeSpec(name, state.ray_address, {SLOT: 1},
-                                                              token_file=state.ray_token_file)))
+        nodes = [begin(self.cfg, state, client, f"sandbox-node-{i}") for i in range(1, count + 1)]
         for node in nodes:
             node.wait_joined(state.dashboard_url, self.cfg.up_timeout_s, state.ray_token_file)
 
@@ -241,9 +236,6 @@ class Stack:
             yield "deleting the Serve application from the joined cluster", serve_app
         if state.prometheus_pid:
             yield "stopping Prometheus", prom
-
-
-SLOT = "replica_slot"  # one per LLMServer replica, on the nodes that may hold one
 
 
 def _pin_to_slots(deploy: DeployConfig) -> None:

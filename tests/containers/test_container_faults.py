@@ -14,6 +14,7 @@ import random
 import sys
 import time
 
+import docker
 import httpx
 import pytest
 
@@ -21,12 +22,15 @@ from faults import FaultContext, build
 from faults.container_target import cgroup_dir, container_replicas
 from faults.replicas import list_replicas
 from incidents.profiles import PROFILES
+from sandbox.mitigation.actions import drain_replica
 from sandbox.traffic.generator import run_traffic
 from services.serve.cgroup_cpu import read_cpu_stat
 from services.stack.container_node import alive_nodes, remove_image
+from services.stack.progress import Steps
 from services.stack.prometheus import PrometheusClient
 from services.stack.settings import SandboxConfig
 from services.stack.stack import Stack
+from services.stack.state import StackState
 
 PORTS = {"ray_port": 6393, "dashboard_port": 8279, "metrics_export_port": 8093, "api_port": 8013,
          "prometheus_port": 9103, "traffic_port": 9413}
@@ -219,3 +223,27 @@ def test_a_memory_limit_oom_kills_what_grows_past_it_and_revert_lifts_it(live, c
     assert (group / "memory.limit_in_bytes").read_text().strip() == unlimited
     assert live.container().status == "running"
     live.wait("both replicas serving again", lambda: live.serving_both(ctx), 240, 2)
+
+
+def test_draining_a_replica_off_a_throttled_machine_moves_it_to_a_fresh_one_and_the_cause_goes_with_it(live, ctx):
+    # Last in the module: the replica leaves sandbox-node-1 for good.
+    fault = build({"type": "container-cpu-quota", "replica": "random", "cpu_fraction": 0.15})
+    try:
+        target = fault.inject(ctx).replica
+        assert fault.in_place(ctx) == f"replica {target} serves from {NODE}, held to 0.15 CPU"
+        report = drain_replica(ctx, target, Steps(), timeout_s=240)
+        fresh = "sandbox-node-2"
+        assert report["moved"] == {"from": NODE, "to": fresh}
+        assert live.state.container_nodes == [fresh]
+        assert StackState.load(live.cfg.state_file).container_nodes == [fresh]  # what `down` will remove
+        with pytest.raises(docker.errors.NotFound):
+            live.engine.client.containers.get(NODE)
+        [(replacement, node)] = container_replicas(ctx)
+        assert node == fresh and replacement.replica_id in report["replaced_by"]
+        assert len(list_replicas(ctx)) == 2
+        assert fault.in_place(ctx) is None
+        assert live.engine.client.containers.get(fresh).attrs["HostConfig"]["CpuQuota"] in (0, -1, None)
+    finally:
+        fault.revert(ctx)  # the throttled container is gone, and its quota with it: nothing to put back
+    summary = live.traffic(4, seed=7)
+    assert summary["statuses"] == {"200": summary["sent"]}

@@ -8,6 +8,7 @@ import pytest
 import services.stack.container_node as container_node
 from faults import InvalidFault, build
 from incidents.schema import IncidentError, load_incident
+from services.stack.node_pool import next_name
 
 SLOW_REPLICA = Path(__file__).resolve().parents[2] / "incidents" / "slow-replica.yaml"
 
@@ -107,3 +108,13 @@ def test_without_an_engine_a_drill_of_a_container_variant_refuses_before_startin
     with pytest.raises(ValueError, match="noisy-neighbour runs a replica in a container node: no Docker engine"):
         Drill(SandboxConfig(home=tmp_path), load_incident(SLOW_REPLICA), "noisy-neighbour", 0)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("taken", "name"), [
+    ([], "sandbox-node-1"),
+    (["sandbox-node-1"], "sandbox-node-2"),
+    (["sandbox-node-2"], "sandbox-node-3"),  # numbers only go up: no name of a node Ray saw die comes back
+    (["sandbox-node-1", "sandbox-node-7", "other"], "sandbox-node-8"),
+])
+def test_a_fresh_machine_takes_the_next_number_after_every_node_started(taken, name):
+    assert next_name(taken) == name
