@@ -227,6 +227,7 @@ def test_a_memory_limit_oom_kills_what_grows_past_it_and_revert_lifts_it(live, c
 
 def test_draining_a_replica_off_a_throttled_machine_moves_it_to_a_fresh_one_and_the_cause_goes_with_it(live, ctx):
     # Last in the module: the replica leaves sandbox-node-1 for good.
+    live.wait("a replica serving on the container node", lambda: live.serving_both(ctx), 240, 2)
     fault = build({"type": "container-cpu-quota", "replica": "random", "cpu_fraction": 0.15})
     try:
         target = fault.inject(ctx).replica
