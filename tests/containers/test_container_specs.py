@@ -45,7 +45,12 @@ def test_the_slow_replica_container_variant_asks_for_a_container_node():
     assert incident.variants["noisy-neighbour"].node == "container"
     assert all(v.node is None for k, v in incident.variants.items() if k != "noisy-neighbour")
     throttled, noisy = incident.variants["throttled"], incident.variants["noisy-neighbour"]
-    assert noisy.answer == throttled.answer  # the same diagnosis, whether the quota is on a process or a container
+    # the same diagnosis, whether the quota is on a process or a container; the cure differs: a restart leaves
+    # the process's quota behind but starts the replica on the same held machine
+    assert (noisy.answer.root_cause, noisy.answer.location, noisy.answer.evidence) == (
+        throttled.answer.root_cause, throttled.answer.location, throttled.answer.evidence)
+    assert (throttled.answer.remediation, noisy.answer.remediation) == (("drain-replica", "restart-replica"),
+                                                                        ("drain-replica",))
     assert noisy.signature == throttled.signature
 
 
