@@ -60,7 +60,10 @@ def main() -> int:
     cfg = SandboxConfig.from_env()
     argv = [SANDBOX, "drill", args.incident, "--variant", args.variant, "--headless", "--duration",
             str(args.duration), "--json"] + (["--seed", str(args.seed)] if args.seed is not None else [])
-    drill = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # SIGINT at its default, as a terminal starts a command: a background job of a non-interactive shell starts
+    # with it ignored, and a drill that ignores it would run to its duration whatever it settled on
+    drill = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     action, applied_at = None, None
     while drill.poll() is None and action is None:
         info = running_drill(cfg.home)
