@@ -128,7 +128,10 @@ def horizon(case: Case, rows: dict[str, dict]) -> float | None:
     """How long after its action a wrong case is watched: what its best sibling took from its action to a settled
     recovery (the time to mitigate, less when the action came after the page, plus the quiet window), and three
     minutes more. A wrong action that has not recovered by then did not do what the right one did in that time.
-    None (the whole duration) for a best case, or where the best sibling has not recovered in the file."""
+    None (the whole duration) for a best case, or where the best sibling has not recovered in the file. An accepted
+    case (its verdict never settles: the page quiet, the cause in place) gets the quiet window and the slack."""
+    if case.role == "accepted":
+        return RECOVERY_WINDOW_S + HORIZON_SLACK_S
     best = rows.get(f"{case.incident}/{case.variant}/best")
     if case.role != "wrong" or not best or best.get("outcome") != "recovered":
         return None
