@@ -4,7 +4,7 @@ A replica on a container node shares that machine with whatever else runs there 
 container's CPU quota). Restarting the replica starts it on the same machine, because its slot is there
 (services/stack/stack.py pins one replica per slot). Moving it off is what a platform does with a bad node:
 
-    name = join(cfg, state, client)            # a fresh machine with a free slot, recorded in the state first
+    name, _ = join(cfg, state, client, taken)  # a fresh machine with a free slot, recorded in the state first
     cordon(state, node_id, "why")              # Ray schedules nothing new on the old one (its work goes on)
     ... drain the replica: Serve starts its replacement in the only free slot, the fresh machine's ...
     leave(cfg, state, client, old_name)        # the old machine goes, and with it what it imposed
@@ -26,7 +26,7 @@ CORDON_DEADLINE_S = 3600  # Ray asks for one; nothing kills the node at it (`lea
 
 
 def next_name(taken: list[str]) -> str:
-    """The first sandbox-node-N not in `taken` (names of nodes started so far, gone ones included)."""
+    """sandbox-node-N, N one above the highest in `taken` (the nodes recorded now): never a running one's name."""
     used = {int(n[len(NAME_PREFIX):]) for n in taken if n.startswith(NAME_PREFIX) and n[len(NAME_PREFIX):].isdigit()}
     return f"{NAME_PREFIX}{max(used, default=0) + 1}"
 
@@ -46,8 +46,9 @@ def join(cfg: SandboxConfig, state: StackState, client, taken: list[str]) -> tup
 
 
 def cordon(state: StackState, node_id: str, reason: str) -> None:
-    """Ray's drain of a node (what its autoscaler asks before it takes a machine away): no new task or actor is
-    placed on it, and what runs there goes on. Needs this process connected to the cluster (ray.init)."""
+    """Ray's drain of a node (what its autoscaler asks before it takes a machine away, and what the hidden
+    `ray drain-node` CLI sends): no new task or actor is placed on it, and what runs there goes on. Needs this
+    process connected to the cluster (ray.init), for the token."""
     import ray
     from ray.core.generated.autoscaler_pb2 import DrainNodeReason
 
