@@ -40,6 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sandbox.mitigation.oracle import RECOVERY_WINDOW_S  # noqa: E402 - after the repo is on the path
 DRILL = REPO / "bench" / "mitigation_drill.py"
 PYTHON = REPO / ".venv" / "bin" / "python"
 
@@ -120,7 +123,6 @@ def done(out: Path) -> dict[str, dict]:
     return rows
 
 
-RECOVERY_WINDOW_S = 120.0  # the oracle's quiet window (sandbox/mitigation/oracle.py)
 HORIZON_SLACK_S = 180.0
 
 

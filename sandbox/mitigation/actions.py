@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 from faults.base import FaultContext
+from faults.container_target import container_replicas, engine
 from faults.cpu_throttle import lift_quota, quota_of
 from sandbox.mitigation import history, settings, shed_limit
 from sandbox.mitigation.catalogue import ACTIONS, SETTING_CHANGES
 from services.serve.config import torch_threads
 from services.stack import node_pool
-from services.stack.container_node import alive_nodes, docker_engine
 from services.stack.deploy_config import INGRESS, SERVER, DeployConfig
 from services.stack.deployer import deploy_changes, deploy_config
 from services.stack.progress import Steps
@@ -172,13 +172,13 @@ def drain_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: floa
     machine of its own (a container node) moves off it, as a drained node's work does: a fresh machine joins,
     the old one is cordoned, so the replacement starts on the fresh one, and the old one is removed once
     empty (services/stack/node_pool.py). Returns once the fleet is whole again."""
-    row, rows = _running_row(ctx, replica)
+    _, rows = _running_row(ctx, replica)
     import ray
 
     runtime = ctx.runtime()
-    machine = _container_node(ctx, row)
+    machine = _container_node(ctx, replica)
     if machine is not None:
-        client = docker_engine()
+        client = engine()
         with steps.step(f"starting a fresh machine for replica {replica}'s replacement"):
             fresh, _ = node_pool.join(ctx.cfg, ctx.state, client, ctx.state.container_nodes)
         node_pool.cordon(ctx.state, machine[1], f"drain-replica {replica}: its replacement goes to {fresh}")
@@ -193,14 +193,11 @@ def drain_replica(ctx: FaultContext, replica: str, steps: Steps, timeout_s: floa
     return report
 
 
-def _container_node(ctx: FaultContext, row: dict) -> tuple[str, str] | None:
+def _container_node(ctx: FaultContext, replica: str) -> tuple[str, str] | None:
     """(name, Ray node id) of the container node the replica runs on; None for one on the head."""
-    if not ctx.state.container_nodes or not row.get("node_id"):
+    if not ctx.state.container_nodes:
         return None
-    for node in alive_nodes(ctx.state.dashboard_url, ctx.state.ray_token_file):
-        if node["node_id"] == row["node_id"] and node.get("node_name") in ctx.state.container_nodes:
-            return node["node_name"], node["node_id"]
-    return None
+    return next(((name, r.node_id) for r, name in container_replicas(ctx) if r.replica_id == replica), None)
 
 
 def scale_out(ctx: FaultContext, steps: Steps, timeout_s: float) -> dict:
