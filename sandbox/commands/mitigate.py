@@ -36,7 +36,7 @@ def mitigate(
     state = running_state(cfg)
     try:
         report = apply(action, cfg, state, replica=replica, version=version, limit=limit,
-                       steps=Steps(None if as_json else console), timeout_s=timeout)
+                       steps=Steps(None if as_json else console), timeout_s=timeout, baseline=_drill_baseline(cfg))
     except Refused as e:
         fail(str(e), code=2)
     except NoRoom as e:
@@ -50,6 +50,17 @@ def mitigate(
         done = {k: v for k, v in report.items() if k not in ("action", "started", "seconds")}
         console.print(f"[bold green]{action}[/bold green] ({report['seconds']}s): "
                       + ", ".join(f"{k} {v}" for k, v in done.items()))
+
+
+def _drill_baseline(cfg):
+    """The config a running drill's healthy baseline served on (its marker says), or None outside a drill."""
+    from pathlib import Path
+
+    from sandbox.drill.record import running_drill
+
+    info = running_drill(cfg.home) or {}
+    path = info.get("baseline_config")
+    return Path(path) if path and Path(path).is_file() else None
 
 
 def _tell_the_drill(cfg, report: dict, replica: str | None, version: str | None) -> None:

@@ -140,8 +140,8 @@ class Drill:
         self._seal()
         # Which drill is running, for `sandbox diagnose` and `sandbox ask` from another terminal.
         marker = self.cfg.home / DRILL_FILE
-        write_atomic(marker, json.dumps({"pid": os.getpid(), "run_dir": str(self.record.dir),
-                                         "mode": self.settings.mode, "started": time.time()}))
+        self._marker_started = time.time()
+        self._write_marker(marker)
         self.closers.push("the drill marker", lambda: marker.unlink(missing_ok=True))
         self._fault_context()
         if not self._stops_stack:  # a stack that outlives the drill is handed back as the drill found it
@@ -152,6 +152,7 @@ class Drill:
                 self._apply(*self.setup, "setup")
             self.state = StackState.load(self.cfg.state_file)
             self.record.event("deploy", None, version=self.state.version)
+            self._write_marker(marker)  # the incident's baseline is what a setting change returns to
             if self.slos.calibration is not None and family(self.incident) == "latency":
                 self.slos.calibrate_baseline(self.state, self.plan)
         with self.steps.step("starting canary probers"):
@@ -291,6 +292,14 @@ class Drill:
             self._seal()
         if self.on_page:
             self.on_page(page)
+
+    def _write_marker(self, marker: Path) -> None:
+        """The drill marker: this process, its run, and the config the fleet served its healthy baseline on (the
+        incident's setup deployed, else the stack's config), which a setting change (`sandbox mitigate
+        lower-memory-utilization`) puts its settings back to, as a team returns to its tuned values."""
+        write_atomic(marker, json.dumps({"pid": os.getpid(), "run_dir": str(self.record.dir),
+                                         "mode": self.settings.mode, "started": self._marker_started,
+                                         "baseline_config": self.state.deployed_config}))
 
     def _oracle(self, page: dict) -> RecoveryOracle | None:
         if page.get("alert") is None:  # the control's report: there is nothing to recover from

@@ -55,8 +55,10 @@ def check_options(action: str, replica: str | None = None, version: str | None =
 
 def mitigate(action: str, cfg: SandboxConfig, state: StackState, *, replica: str | None = None,
              version: str | None = None, limit: int | None = None, steps: Steps | None = None,
-             timeout_s: float = 300.0) -> dict:
-    """Apply one action to the running stack and return its report; `Refused` before any change."""
+             timeout_s: float = 300.0, baseline: Path | None = None) -> dict:
+    """Apply one action to the running stack and return its report; `Refused` before any change. `baseline`: the
+    config whose values a setting change returns to (a drill's: the one its healthy baseline ran on); else the
+    shipped one (SandboxConfig.serve_config)."""
     check_options(action, replica, version, limit)
     steps = steps or Steps()
     started = time.time()
@@ -67,7 +69,7 @@ def mitigate(action: str, cfg: SandboxConfig, state: StackState, *, replica: str
     elif action == "shed-load":
         report = shed_load(cfg, state, limit, steps, timeout_s)
     elif action in SETTING_CHANGES:
-        report = change_setting(action, cfg, state, steps, timeout_s)
+        report = change_setting(action, cfg, state, steps, timeout_s, baseline)
     else:
         with FaultContext(cfg, state, timeout_s=timeout_s) as ctx:
             if action == "restart-replica":
@@ -100,12 +102,14 @@ def rollback_deploy(cfg, state, version: str | None, steps: Steps, timeout_s: fl
     return {"from_version": current.version, "version": report["version"], "rolling": report["rolling"]}
 
 
-def change_setting(action: str, cfg, state, steps: Steps, timeout_s: float) -> dict:
+def change_setting(action: str, cfg, state, steps: Steps, timeout_s: float, baseline: Path | None = None) -> dict:
     current = _deployed(state)
-    shipped = DeployConfig.load(cfg.serve_config)
+    # a fleet tuned away from the shipped defaults (an incident's setup: a smaller memory budget, fewer
+    # sequences) goes back to its own tuned values: the shipped 0.9 is no fix for a budget tuned to 0.75
+    good = DeployConfig.load(baseline or cfg.serve_config)
     label = history.fresh_version(state.run_dir, current.version)
     try:
-        new, assignments = settings.change(action, current, shipped, label)
+        new, assignments = settings.change(action, current, good, label)
     except ValueError as e:
         raise Refused(str(e)) from None
     report = deploy_config(cfg, state, new, timeout_s, steps, what=", ".join(assignments))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class SettingChange:
     action: str
-    settings: tuple[str, ...]  # EngineConfig fields the action puts back as shipped
+    settings: tuple[str, ...]  # EngineConfig fields the action puts back as known-good (a drill's baseline, else shipped)
     # "up" | "down": the value must move that way; "back": it must differ; "reset": a new version even where the
     # deployed config has it already (every replica is replaced, and with it a replica's own settings)
     direction: str
@@ -48,7 +48,8 @@ ACTIONS: dict[str, Action] = {a.id: a for a in (
     Action("shed-load", "an admission limit at the ingress: requests over --limit in flight get a 429 "
                         "(default: the most the engines held at once in the drill's healthy baseline)", limit=True),
     Action("raise-cpu-limit", "lift the CPU quota of every replica's cgroup"),
-    *(Action(a, f"a new version with engine.{', engine.'.join(c.settings)} as shipped")
+    *(Action(a, f"a new version with engine.{', engine.'.join(c.settings)} as the fleet ran them when healthy "
+                "(a drill's baseline; else as shipped)")
       for a, c in SETTING_CHANGES.items()),
     Action("no-action", "change nothing (ends the mitigation phase)"),
 )}

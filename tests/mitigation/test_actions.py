@@ -3,6 +3,8 @@ version in the deploy history, a setting change puts the shipped value back, and
 exit code 2 before anything is looked up. (Each action on a live stack: tests/serving/test_mitigate.py.)"""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,8 +101,39 @@ def test_raising_the_prefill_budget_only_raises_it():
     big = SHIPPED.with_overrides(["engine.max_num_batched_tokens=1024"], "v2")
     with pytest.raises(ValueError) as e:
         settings.change("raise-prefill-budget", big, SHIPPED, "v3")
-    assert str(e.value).startswith("raise-prefill-budget: engine.max_num_batched_tokens is 1024, past the shipped "
+    assert str(e.value).startswith("raise-prefill-budget: engine.max_num_batched_tokens is 1024, past the known-good "
                                    "512; nothing to raise")
+
+
+def test_a_setting_change_returns_to_the_drills_tuned_baseline_not_the_shipped_default():
+    # oom-at-peak: the fleet is tuned to 0.75 and 16 sequences (its setup); the bad deploy raised them
+    tuned = SHIPPED.with_overrides(["engine.gpu_memory_utilization=0.75", "engine.max_num_seqs=16"], "v2")
+    bad = tuned.with_overrides(["engine.gpu_memory_utilization=0.85"], "v3")
+    new, assignments = settings.change("lower-memory-utilization", bad, tuned, "v4")
+    assert assignments == ["engine.gpu_memory_utilization=0.75"] and new.args["engine"]["max_num_seqs"] == 16
+    wide = tuned.with_overrides(["engine.max_num_seqs=128"], "v3")
+    assert settings.change("lower-max-num-seqs", wide, tuned, "v4")[1] == ["engine.max_num_seqs=16"]
+    with pytest.raises(ValueError) as e:  # against the shipped 0.9, 0.85 is already lower: no fix offered
+        settings.change("lower-memory-utilization", bad, SHIPPED, "v4")
+    assert str(e.value).startswith("lower-memory-utilization: engine.gpu_memory_utilization is 0.85, past the "
+                                   "known-good 0.9; nothing to lower")
+
+
+def test_mitigate_reads_the_running_drills_baseline_config_from_its_marker(tmp_path):
+    from types import SimpleNamespace
+
+    from sandbox.commands.mitigate import _drill_baseline
+    from sandbox.drill.record import DRILL_FILE
+
+    cfg = SimpleNamespace(home=tmp_path)
+    assert _drill_baseline(cfg) is None  # no drill
+    baseline = tmp_path / "serve_config.1.v2.yaml"
+    baseline.write_text("x")
+    (tmp_path / DRILL_FILE).write_text(json.dumps({"pid": os.getpid(), "run_dir": str(tmp_path),
+                                                    "baseline_config": str(baseline)}))
+    assert _drill_baseline(cfg) == baseline
+    (tmp_path / DRILL_FILE).write_text(json.dumps({"pid": os.getpid(), "run_dir": str(tmp_path)}))
+    assert _drill_baseline(cfg) is None  # a marker from before the field: the shipped config, as before
 
 
 def test_raising_the_kv_cache_rolls_every_replica_even_where_the_deployed_pool_is_as_shipped():
