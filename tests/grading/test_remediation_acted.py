@@ -91,6 +91,13 @@ def test_the_debrief_shows_each_action_on_the_timeline_and_the_recovery_shaded(t
     assert "| rollback-deploy | 60.0 |" in md and "Verdict: **recovered**." in md and "Time to mitigate: 90 s." in md
     assert f"| {round(w.inject_s + 100)} | mitigation action=rollback-deploy" in md
     assert "recovered blue" in md and list((tmp_path / "debrief").glob("*.png"))
+    # the SLO curve: the page's own expression over its threshold, the quantity the oracle judged
+    page_alert = next(e["alert"] for e in events if e["kind"] == "page")
+    assert f"{page_alert}'s expression over its threshold" in md and (tmp_path / "debrief" / "page.png").is_file()
+    doc = (tmp_path / "debrief" / "debrief.html").read_text()
+    assert "<h2>Mitigation</h2>" in doc and "<td>rollback-deploy</td><td>60.0</td>" in doc
+    assert ("Verdict: recovered. TimeToFirstTokenHigh quiet for 120 s from 90 s after the page. Time to mitigate: "
+            "90 s.") in doc
 
 
 def test_on_the_control_no_action_earns_all_ten_and_any_change_is_graded_as_making_it_worse():
