@@ -13,7 +13,9 @@ another stack.
 
 When a case ends: a best case once its verdict is settled (recovered or worse, which the drill's watch never
 revisits); a wrong case once settled, or at its horizon, what its best sibling needed from its action to a settled
-recovery plus three minutes (`horizon`); otherwise at the drill's duration. The table says which.
+recovery plus three minutes (`horizon`); otherwise at the drill's duration. The table says which. Each case's run
+is then graded with the answer key's own diagnosis (bench/mitigation_grade.py), so its remediation points are what
+the action earned: issue 17's point 4 on live runs.
 
 What a case expects: the best action recovers (oracle: recovered, invariant holds); the wrong one does not
 (not recovered, or worse); the one accepted action in the table, shed-load under the surge, brings the page back
@@ -23,7 +25,7 @@ candidate who misread the evidence would take:
   the wrong row of the by-replica table;
 - a cause in every replica (a deploy, an in-place limit): `restart-replica`, "restart it and see", whose
   replica comes back on the same version (from an in-place CPU limit, without it, while the other keeps its own). A sibling's setting change is no such action: each puts a setting back
-  to the shipped value and is refused where it already is (sandbox/mitigation/settings.py; the first run of
+  to the known-good value and is refused where it already is (sandbox/mitigation/settings.py; the first run of
   prefix-off's wrong case, raise-prefill-budget, exited 2 and changed nothing);
 - a leak that a restart does cure (abort-path, where restart-replica is an accepted remedy): `shed-load`, which
   protects admitted requests while the leak goes on;
@@ -42,7 +44,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sandbox.mitigation.oracle import RECOVERY_WINDOW_S  # noqa: E402 - after the repo is on the path
+from bench.mitigation_grade import grade_remediation  # noqa: E402 - after the repo is on the path
+from sandbox.mitigation.oracle import RECOVERY_WINDOW_S  # noqa: E402
 DRILL = REPO / "bench" / "mitigation_drill.py"
 PYTHON = REPO / ".venv" / "bin" / "python"
 
@@ -164,6 +167,41 @@ def run_case(case: Case, duration: int, horizon_s: float | None) -> dict:
             "raw": result}
 
 
+def _run_dir(row: dict) -> Path | None:
+    path = ((row.get("raw") or {}).get("drill") or {}).get("run_dir")
+    return Path(path) if path and Path(path).is_dir() else None
+
+
+def grade(row: dict) -> dict:
+    """The row with the grader's remediation points for its run (bench/mitigation_grade.py), where it has one."""
+    run_dir = _run_dir(row)
+    return {**row, "graded": grade_remediation(run_dir, row["incident"], row["variant"])} if run_dir else row
+
+
+def backfill_grades(out: Path) -> None:
+    """Grade the rows written before grading was part of a case whose run is still on this machine. The file is
+    rewritten whole (atomically): only ever by the one table that runs at a time, between its cases."""
+    if not out.is_file():
+        return
+    lines = out.read_text().splitlines()
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        rows.append(row if "graded" in row or _run_dir(row) is None else grade(row))
+    if any("graded" in r for r in rows) and len(rows) == len(lines):
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(out)
+
+
+def _graded(row: dict) -> str:
+    g = row.get("graded") or {}
+    return f"{g['points']}/{g['max']}" if "points" in g else "-"
+
+
 def _or_dash(value) -> str:
     return "-" if value is None else str(value)
 
@@ -179,18 +217,21 @@ def _ended(row: dict) -> str:
 
 
 def table(rows: dict[str, dict]) -> str:
-    lines = ["| incident/variant | role | action | applied (s after page) | outcome | TTM (s) | as expected | ended | "
-             "ran at |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| incident/variant | role | action | applied (s after page) | outcome | TTM (s) | as expected | "
+             "remediation graded | ended | ran at |", "|---|---|---|---|---|---|---|---|---|---|"]
     for case in CASES:
         row = rows.get(case.key)
         action = case.action + (f" --replica {case.replica}" if case.replica else "")
         if row is None:
-            lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | - | not run | - | - | - | - |")
+            lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | - | not run | - | - | - | - | - |")
             continue
         lines.append(f"| {case.incident}/{case.variant} | {case.role} | {action} | {_or_dash(row['from_page_s'])} | "
                      f"{row['outcome'] or 'no verdict (rc ' + str(row['action_rc']) + ')'} | {row['ttm_s'] or '-'} | "
-                     f"{'yes' if row['as_expected'] else 'NO'} | {_ended(row)} | {row['ran_at']} |")
+                     f"{'yes' if row['as_expected'] else 'NO'} | {_graded(row)} | {_ended(row)} | {row['ran_at']} |")
     ran = [rows[c.key] for c in CASES if c.key in rows]
+    for row in ran:
+        if (row.get("graded") or {}).get("sentence"):
+            lines.append(f"\n{row['case']}, graded: {row['graded']['sentence']}")
     for row in ran:
         if row.get("action_rc"):
             lines.append(f"\n{row['case']}: the action was refused, nothing changed: "
@@ -225,6 +266,7 @@ def main() -> int:
     if args.table:
         print(table(done(args.out)))
         return 0
+    backfill_grades(args.out)
     for case in CASES:
         if args.only and f"{case.incident}/{case.variant}" not in args.only:
             continue
@@ -234,7 +276,7 @@ def main() -> int:
         h = horizon(case, rows)
         print(f"[{time.strftime('%H:%M:%S')}] {case.key}: {case.action}"
               + (f" (horizon {h:g} s after the action)" if h else ""), file=sys.stderr, flush=True)
-        row = run_case(case, args.duration, h)
+        row = grade(run_case(case, args.duration, h))
         with args.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"[{time.strftime('%H:%M:%S')}] {case.key}: {row['outcome']} (ttm {row['ttm_s']})", file=sys.stderr,
