@@ -133,14 +133,23 @@ def horizon(case: Case, rows: dict[str, dict]) -> float | None:
     """How long after its action a wrong case is watched: what its best sibling took from its action to a settled
     recovery (the time to mitigate, less when the action came after the page, plus the quiet window), and three
     minutes more. A wrong action that has not recovered by then did not do what the right one did in that time.
-    None (the whole duration) for a best case, or where the best sibling has not recovered in the file. An accepted
-    case (its verdict never settles: the page quiet, the cause in place) gets the quiet window and the slack."""
+    Where the best sibling did not recover (scale-out refused on a machine with no room), the slowest recovery of
+    any best case in the file stands in for it. None (the whole duration) for a best case, or where no best case has
+    recovered yet. An accepted case (its verdict never settles: the page quiet, the cause in place) gets the quiet
+    window and the slack."""
     if case.role == "accepted":
         return RECOVERY_WINDOW_S + HORIZON_SLACK_S
-    best = rows.get(f"{case.incident}/{case.variant}/best")
-    if case.role != "wrong" or not best or best.get("outcome") != "recovered":
+    if case.role != "wrong" or None in case.expect:  # the control: mitigation_drill.py's own horizon after its action
         return None
-    return round(best["ttm_s"] - (best["from_page_s"] or 0.0) + RECOVERY_WINDOW_S + HORIZON_SLACK_S)
+
+    def took(row: dict) -> float:  # from the action to the start of its quiet window
+        return row["ttm_s"] - (row["from_page_s"] or 0.0)
+
+    best = rows.get(f"{case.incident}/{case.variant}/best")
+    if best and best.get("outcome") == "recovered":
+        return round(took(best) + RECOVERY_WINDOW_S + HORIZON_SLACK_S)
+    recovered = [took(r) for r in rows.values() if r.get("role") == "best" and r.get("outcome") == "recovered"]
+    return round(max(recovered) + RECOVERY_WINDOW_S + HORIZON_SLACK_S) if recovered else None
 
 
 def run_case(case: Case, duration: int, horizon_s: float | None) -> dict:
