@@ -189,20 +189,17 @@ def grade(row: dict) -> dict:
 
 def backfill_grades(out: Path) -> None:
     """Grade the rows written before grading was part of a case whose run is still on this machine. The file is
-    rewritten whole (atomically): only ever by the one table that runs at a time, between its cases."""
+    rewritten whole (atomically): only ever by the one table that runs at a time, between its cases, and only
+    where every line is one case's whole row (a cut line or a repeated case leaves it as it is)."""
     if not out.is_file():
         return
-    lines = out.read_text().splitlines()
-    rows = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        rows.append(row if "graded" in row or _run_dir(row) is None else grade(row))
-    if any("graded" in r for r in rows) and len(rows) == len(lines):
+    rows = done(out)
+    if len(rows) != len(out.read_text().splitlines()):
+        return
+    graded = [r if "graded" in r or _run_dir(r) is None else grade(r) for r in rows.values()]
+    if graded != list(rows.values()):
         tmp = out.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in graded))
         tmp.replace(out)
 
 
