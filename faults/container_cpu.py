@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from faults.base import Fault, FaultContext, Location, check_number, check_replica
 from faults.container_target import ContainerTarget, container_replicas, engine, pick
+from services.stack.container_node import sandbox_containers
 
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000  # the kernel refuses a smaller quota
@@ -50,12 +51,22 @@ class ContainerCpuQuota(Fault):
                 f"{self.cpu_fraction:g} CPU")
 
     def in_place(self, ctx: FaultContext) -> str | None:
-        """A replica serves from a container held under one CPU (the sandbox starts its nodes with no quota)."""
-        for replica, name in container_replicas(ctx):
-            host = engine().containers.get(name).attrs["HostConfig"]
+        """A running sandbox node held under one CPU (the sandbox starts its nodes with no quota).
+
+        Read from the containers, not from which replicas Serve lists RUNNING right now: a replica
+        that restarts, or fails a health check under the quota, comes back on the same node, so the
+        cause stays while the container does (a drain to a fresh node removes it)."""
+        client = engine()
+        serving = {name: replica.replica_id for replica, name in container_replicas(ctx)}
+        for container in sandbox_containers(client):
+            if container.status != "running":
+                continue
+            host = container.attrs["HostConfig"]
             quota, period = host.get("CpuQuota") or 0, host.get("CpuPeriod") or PERIOD_US
             if 0 < quota < period:
-                return f"replica {replica.replica_id} serves from {name}, held to {quota / period:g} CPU"
+                who = (f"replica {serving[container.name]} serves from" if container.name in serving
+                       else "a replica's node,")
+                return f"{who} {container.name}, held to {quota / period:g} CPU"
         return None
 
     def _revert(self, ctx: FaultContext) -> None:
