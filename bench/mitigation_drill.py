@@ -69,23 +69,7 @@ def main() -> int:
         info = running_drill(cfg.home)
         public = json.loads((Path(info["run_dir"]) / "run.json").read_text()) if info else {}
         if public.get("page"):
-            extra = []
-            if args.action in ("restart-replica", "drain-replica"):
-                state = StackState.load(cfg.state_file)
-                ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
-                try:
-                    ids = sorted(r["replica_id"] for r in ctl.replicas(state.app_name, SERVER)
-                                 if r.get("state") == "RUNNING")
-                finally:
-                    ctl.close()
-                injected = RunRecord.open(Path(info["run_dir"]), cfg.keys_dir).unseal()["answer"]["location"]["replica"]
-                pick = {"first": ids[0], "injected": injected,
-                        "other": next((i for i in ids if i != injected), ids[0])}[args.replica]
-                extra = ["--replica", pick]
-            out = subprocess.run([SANDBOX, "mitigate", args.action, *extra, "--json"], capture_output=True,
-                                 text=True, check=False)
-            action = {"rc": out.returncode, "report": out.stdout.strip() or " ".join(out.stderr.split())[-300:],
-                      "page_at_s": public["page"].get("at_s")}
+            action = _apply(args, cfg, info, public)
             applied_at = time.time()
             if public["page"].get("alert") is None and args.horizon is None:
                 # the control's report: no alert to recover from, so no oracle and no verdict will ever come; what
@@ -125,6 +109,42 @@ def _settled(run_dir: str, cfg: SandboxConfig) -> bool:
         return False
     verdict = (sealed.get("mitigation") or {}).get("verdict") or {}
     return verdict.get("outcome") in ("recovered", "worse")
+
+
+# A replica action names the replica it takes, listed just before; under a fault that crashes replicas (oom-at-peak's
+# headroom) the one listed may stop running before `sandbox mitigate` reaches it, which refuses, honestly, with "no
+# running replica" (2026-12-07: headroom's wrong case). That is the driver's race, not the case's outcome: list
+# again and retry, as an operator would, a few times over half a minute.
+REPLICA_TRIES, RETRY_WAIT_S = 4, 8.0
+
+
+def _apply(args, cfg: SandboxConfig, info: dict, public: dict) -> dict:
+    """Runs `sandbox mitigate` once the page is up; its exit code, its report and when the page came."""
+    for attempt in range(REPLICA_TRIES):
+        extra = []
+        if args.action in ("restart-replica", "drain-replica"):
+            extra = ["--replica", _pick(args.replica, cfg, info)]
+        out = subprocess.run([SANDBOX, "mitigate", args.action, *extra, "--json"], capture_output=True,
+                             text=True, check=False)
+        report = out.stdout.strip() or " ".join(out.stderr.split())[-300:]
+        if not (extra and out.returncode == 2 and "no running replica" in report) or attempt == REPLICA_TRIES - 1:
+            return {"rc": out.returncode, "report": report, "page_at_s": public["page"].get("at_s"),
+                    "tries": attempt + 1}
+        time.sleep(RETRY_WAIT_S)
+    raise AssertionError("unreachable")
+
+
+def _pick(which: str, cfg: SandboxConfig, info: dict) -> str:
+    state = StackState.load(cfg.state_file)
+    ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
+    try:
+        ids = sorted(r["replica_id"] for r in ctl.replicas(state.app_name, SERVER) if r.get("state") == "RUNNING")
+    finally:
+        ctl.close()
+    injected = RunRecord.open(Path(info["run_dir"]), cfg.keys_dir).unseal()["answer"]["location"]["replica"]
+    if not ids:
+        return injected if which == "injected" else "none-running"
+    return {"first": ids[0], "injected": injected, "other": next((i for i in ids if i != injected), ids[0])}[which]
 
 
 if __name__ == "__main__":
