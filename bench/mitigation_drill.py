@@ -119,22 +119,24 @@ REPLICA_TRIES, RETRY_WAIT_S = 4, 8.0
 
 
 def _apply(args, cfg: SandboxConfig, info: dict, public: dict) -> dict:
-    """Runs `sandbox mitigate` once the page is up; its exit code, its report and when the page came."""
-    for attempt in range(REPLICA_TRIES):
-        extra = []
-        if args.action in ("restart-replica", "drain-replica"):
-            extra = ["--replica", _pick(args.replica, cfg, info)]
-        out = subprocess.run([SANDBOX, "mitigate", args.action, *extra, "--json"], capture_output=True,
-                             text=True, check=False)
-        report = out.stdout.strip() or " ".join(out.stderr.split())[-300:]
-        if not (extra and out.returncode == 2 and "no running replica" in report) or attempt == REPLICA_TRIES - 1:
-            return {"rc": out.returncode, "report": report, "page_at_s": public["page"].get("at_s"),
-                    "tries": attempt + 1}
+    """Runs `sandbox mitigate` once the page is up; its exit code, its report, when the page came, and the tries."""
+    takes_replica = args.action in ("restart-replica", "drain-replica")
+    for attempt in range(1, REPLICA_TRIES + 1):
+        pick = _pick(args.replica, cfg, info) if takes_replica else None
+        if takes_replica and pick is None:
+            rc, report = 2, "no replica running to take"
+        else:
+            out = subprocess.run([SANDBOX, "mitigate", args.action, *(["--replica", pick] if pick else []), "--json"],
+                                 capture_output=True, text=True, check=False)
+            rc, report = out.returncode, out.stdout.strip() or " ".join(out.stderr.split())[-300:]
+        raced = takes_replica and rc == 2 and (pick is None or "no running replica" in report)
+        if not raced or attempt == REPLICA_TRIES:
+            return {"rc": rc, "report": report, "page_at_s": public["page"].get("at_s"), "tries": attempt}
         time.sleep(RETRY_WAIT_S)
-    raise AssertionError("unreachable")
 
 
-def _pick(which: str, cfg: SandboxConfig, info: dict) -> str:
+def _pick(which: str, cfg: SandboxConfig, info: dict) -> str | None:
+    """The replica a replica action takes; None while no replica runs (the injected one is named regardless)."""
     state = StackState.load(cfg.state_file)
     ctl = ServeControl(state.dashboard_url, token_file=state.ray_token_file)
     try:
@@ -142,9 +144,11 @@ def _pick(which: str, cfg: SandboxConfig, info: dict) -> str:
     finally:
         ctl.close()
     injected = RunRecord.open(Path(info["run_dir"]), cfg.keys_dir).unseal()["answer"]["location"]["replica"]
+    if which == "injected":
+        return injected
     if not ids:
-        return injected if which == "injected" else "none-running"
-    return {"first": ids[0], "injected": injected, "other": next((i for i in ids if i != injected), ids[0])}[which]
+        return None
+    return ids[0] if which == "first" else next((i for i in ids if i != injected), ids[0])
 
 
 if __name__ == "__main__":
