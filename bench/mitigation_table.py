@@ -18,8 +18,9 @@ is then graded with the answer key's own diagnosis (bench/mitigation_grade.py), 
 the action earned: issue 17's point 4 on live runs.
 
 What a case expects: the best action recovers (oracle: recovered, invariant holds); the wrong one does not
-(not recovered, or worse); the one accepted action in the table, shed-load under the surge, brings the page back
-under its threshold while the cause stays (not recovered, "quiet, but the cause is still in place"). The wrong action is a real operation that leaves the mechanism in place, one a
+(not recovered, or worse); shed-load under the surge, an accepted action, brings the page back under its
+threshold while the cause stays (not recovered, "quiet, but the cause is still in place"); scale-out under the
+decoy's grown prompts, accepted after the key's no-action, recovers where the machine has room. The wrong action is a real operation that leaves the mechanism in place, one a
 candidate who misread the evidence would take:
 - a cause in one replica: the right action on another replica (`--replica other`), the slip of someone who read
   the wrong row of the by-replica table;
@@ -81,13 +82,18 @@ def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: 
 
 
 # The drawn variants (weight > 0), each with a remediation its answer accepts as the best action: the first one,
-# except two whose first does not act here. The decoy's first is no-action, so its case is scale-out. small-cache's
+# except one whose first does not act here. small-cache's
 # first is raise-kv-cache, a deploy refused where the deployed pool is already the shipped one (the small pool is one
 # replica's override), so its case is restart-replica, which brings the injected replica back on the deployed pool.
 CASES: list[Case] = [
     *_pair("ttft-after-deploy", "prefix-off", "rollback-deploy", "restart-replica"),
     *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "restart-replica"),
-    *_pair("ttft-after-deploy", "prompts-grew", "scale-out", "rollback-deploy"),  # the decoy: its deploy is harmless
+    # the decoy: the clients' prompts grew, and the key's first remedy is no-action (nothing in the stack to undo),
+    # graded in full with no recovery to wait for; scale-out is accepted (half the points, once it recovers), where
+    # the machine has a core for a third replica (not on 2 cores: refused); rolling back its harmless deploy is wrong
+    Case("ttft-after-deploy", "prompts-grew", "best", "no-action", expect=(None, "not recovered")),
+    Case("ttft-after-deploy", "prompts-grew", "wrong", "rollback-deploy", expect=("not recovered", "worse")),
+    Case("ttft-after-deploy", "prompts-grew", "accepted", "scale-out", expect=("recovered",)),
     *_pair("traffic-surge", "surge", "scale-out", "restart-replica"),
     # shed-load: the admitted requests' TTFT back under the SLO (the page quiet), while the load the fleet cannot
     # serve is still refused at the door, so the oracle's invariant (capacity for the offered load) is not met

@@ -44,7 +44,7 @@ ACTIONS: dict[str, Action] = {a.id: a for a in (
     Action("drain-replica", "Serve routes the replica nothing new, lets its requests finish and replaces it "
                             "(slower than a restart; nothing in flight is lost; off its machine where it has "
                             "one of its own)", replica=True),
-    Action("scale-out", "one more replica, where the machine has cores free for it (none on 2 cores: says so)"),
+    Action("scale-out", "one more replica, where the machine has a core free for its thread (says so where none is)"),
     Action("shed-load", "an admission limit at the ingress: requests over --limit in flight get a 429 "
                         "(default: the most the engines held at once in the drill's healthy baseline)", limit=True),
     Action("raise-cpu-limit", "lift the CPU quota of every replica's cgroup"),
