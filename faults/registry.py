@@ -17,10 +17,9 @@ from faults.cpu_throttle import CpuThrottle
 from faults.deploys import Deploy, Knobs
 from faults.pause import Pause
 from faults.replica_override import ReplicaOverride
-from faults.scale import Scale
 
 FAULT_TYPES: dict[str, type[Fault]] = {cls.type: cls for cls in (
-    Deploy, Knobs, ReplicaOverride, CpuThrottle, Pause, Scale,
+    Deploy, Knobs, ReplicaOverride, CpuThrottle, Pause,
     # the container-level ones act on the container node that holds a replica (services/stack/container_node.py)
     ContainerCpuQuota, ContainerPause, ContainerMemoryLimit, ContainerKill)}
 
@@ -51,12 +50,3 @@ def build(spec: dict) -> Fault:
         if required and name not in spec:
             raise InvalidFault(name, f"required for a {kind} fault")
     return FAULT_TYPES[kind](**{k: v for k, v in spec.items() if k != "type"})
-
-
-def setup_specs(setup: dict) -> list[dict]:
-    """An incident's `setup` (`sandbox deploy --set` keys) as the faults that deploy it before traffic: the fleet's
-    size first (a scale, in place: the new version then rolls out on that many replicas), then the settings (a
-    deploy of a new version). Empty for an empty setup."""
-    rest = {k: v for k, v in setup.items() if k != "replicas"}
-    return ([{"type": Scale.type, "replicas": setup["replicas"]}] if "replicas" in setup else []) + (
-        [{"type": Deploy.type, "set": rest}] if rest else [])

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.registry import fault_class, setup_specs
+from faults.deploys import Deploy
+from faults.registry import fault_class
 from incidents import promql, taxonomy
 from incidents.capacity import read_rate
 from incidents.reader import IDENTIFIER, KEBAB, Reader, spec_field
@@ -75,17 +76,15 @@ def _page(r: Reader, top: dict | None) -> Page | None:
 
 
 def _setup(r: Reader, top: dict | None, fault_validator: FaultValidator) -> dict[str, Any]:
-    """Settings deployed before traffic, checked as the faults that deploy them (faults.registry.setup_specs):
-    `replicas` as a scale's, the rest as the `set` of a deploy."""
+    """Settings deployed before traffic, checked as the `set` of a deploy fault."""
     m = _section(r, top, "setup", closed=False)
     if m is None:
         return {}
-    for spec in setup_specs(dict(m)):
-        try:
-            fault_validator(spec)
-        except ValueError as e:
-            field, message = spec_field(spec, e)
-            r.error(("setup",) + (field[1:] if field[:1] == ("set",) else field), message)
+    try:
+        fault_validator({"type": Deploy.type, "set": dict(m)})
+    except ValueError as e:
+        field, message = spec_field({"set": m}, e)
+        r.error(("setup",) + (field[1:] if field[:1] == ("set",) else field), message)
     return dict(m)
 
 

@@ -1,7 +1,8 @@
 """What a drill's faults are, built before anything starts, and the answer key they resolve to."""
 from __future__ import annotations
 
-from faults.registry import build, setup_specs
+from faults.deploys import Deploy
+from faults.registry import build
 from sandbox.drill.plan import DrillPlan
 from services.stack.state import StackState
 
@@ -29,12 +30,13 @@ def resolved_answer(answer, fault_log: list[dict], state: StackState | None) -> 
             "evidence": list(answer.evidence)}
 
 
-def setup_faults(incident) -> list[tuple[dict, object]]:
-    """The incident's healthy baseline settings as the faults that deploy them before traffic starts (a scale of
-    the fleet, a deploy of the settings), each (spec, fault); empty for none."""
-    built = []
-    for spec in setup_specs(dict(getattr(incident, "setup", None) or {})):
-        fault = build(spec)
-        fault.validate()
-        built.append((spec, fault))
-    return built
+def setup_fault(incident):
+    """The incident's healthy baseline settings as a deploy (before traffic starts), or None."""
+    setup = getattr(incident, "setup", None)
+    if not setup:
+        return None
+
+    spec = {"type": Deploy.type, "set": dict(setup)}
+    fault = build(spec)
+    fault.validate()
+    return spec, fault

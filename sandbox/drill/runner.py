@@ -26,7 +26,7 @@ from faults.journal import SUFFIX as JOURNAL_SUFFIX
 from faults.journal import FaultJournal
 from sandbox.canary import process as canary_process
 from sandbox.drill.closers import Closers
-from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_faults
+from sandbox.drill.fault_plan import build_faults, resolved_answer, setup_fault
 from sandbox.drill.interrupts import DrillInterrupted, TeardownForced, deferred_signals, raise_interrupted
 from sandbox.drill.leftovers import stop_killed_drill
 from sandbox.drill.pager import Pager
@@ -67,7 +67,7 @@ class Drill:
             problem = unrunnable(incident.variants[variant])
             if problem:
                 raise ValueError(f"variant {variant} runs a replica in a container node: {problem}")
-        self.setup = setup_faults(incident)  # the incident's healthy baseline settings, deployed before traffic
+        self.setup = setup_fault(incident)  # the incident's healthy baseline settings, deployed before traffic
         self.closers = Closers()
         # Faults injected so far, by phase: the baseline settings before traffic, then the timeline's.
         self.injected: dict[str, list] = {"setup": [], "timeline": []}
@@ -146,11 +146,10 @@ class Drill:
         self._fault_context()
         if not self._stops_stack:  # a stack that outlives the drill is handed back as the drill found it
             self.closers.push("the changes made during the drill", self._as_found(self.state))
-        if self.setup:
+        if self.setup is not None:
             self._revert_phase_on_close("setup")
             with self.steps.step("deploying this incident's baseline settings"):
-                for spec, fault in self.setup:
-                    self._apply(spec, fault, "setup")
+                self._apply(*self.setup, "setup")
             self.state = StackState.load(self.cfg.state_file)
             self.record.event("deploy", None, version=self.state.version)
             self._write_marker(marker)  # the incident's baseline is what a setting change returns to

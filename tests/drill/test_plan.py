@@ -71,7 +71,7 @@ def test_a_surge_is_a_job_of_clients_from_the_landing_beside_the_unchanged_base_
     assert before.rate == after.rate == pytest.approx(1.25)  # 0.25 of the ceiling, before and after
     (job,) = plan.jobs
     assert (job.start_s, job.end_s, job.concurrency, job.profile, job.after_landing) == (
-        plan.inject_at_s, plan.duration_s, 40, surge.traffic.profile, True)
+        plan.inject_at_s, plan.duration_s, 128, surge.traffic.profile, True)
 
 
 def test_a_variants_job_waits_for_the_landing_and_lasts_as_long_as_the_traffic(surge):
@@ -87,7 +87,7 @@ def test_a_variants_job_waits_for_the_landing_and_lasts_as_long_as_the_traffic(s
     ("many", "expected a number, got string 'many'"),
 ])
 def test_a_variants_concurrency_that_is_not_a_whole_number_of_clients_is_refused(tmp_path, value, message):
-    text = (INCIDENTS / "traffic-surge.yaml").read_text().replace("traffic: {concurrency: 40}",
+    text = (INCIDENTS / "traffic-surge.yaml").read_text().replace("traffic: {concurrency: 128}",
                                                                      f"traffic: {{concurrency: {value}}}")
     path = tmp_path / "traffic-surge.yaml"
     path.write_text(text)

@@ -43,11 +43,3 @@ def test_a_deploy_of_an_environment_variable_is_in_place_while_the_serving_versi
     assert fault.in_place(_serving(tmp_path, ["env.OMP_WAIT_POLICY=ACTIVE"], "v2")) \
         == 'the serving version v2 runs env.OMP_WAIT_POLICY="ACTIVE"'
     assert fault.in_place(_serving(tmp_path, [], "v1")) is None  # unset reads None, what the revert puts back
-
-
-def test_a_scale_in_is_in_place_while_the_fleet_has_no_more_replicas_than_it_left(tmp_path):
-    fault = build({"type": "scale", "replicas": 1})
-    assert fault.in_place(_serving(tmp_path, ["replicas=1"], "v1")) is None  # nothing scaled in: no mechanism
-    fault._previous = 2  # what its inject records when it took the fleet from 2 to 1
-    assert fault.in_place(_serving(tmp_path, ["replicas=1"], "v1")) == "the deployment runs 1 replica(s), 2 before"
-    assert fault.in_place(_serving(tmp_path, ["replicas=2"], "v1")) is None  # scaled out again

@@ -6,8 +6,7 @@ from faults import FAULT_TYPES, InvalidFault, build
 from faults.cpu_throttle import CpuThrottle
 from faults.deploys import Deploy, Knobs
 from faults.pause import Pause
-from faults.registry import fault_class, setup_specs
-from faults.scale import Scale
+from faults.registry import fault_class
 from faults.replica_override import ReplicaOverride
 
 
@@ -15,7 +14,6 @@ def test_the_fault_types_and_their_fields():
     assert {t: faults.fields_of(t) for t in FAULT_TYPES} == {
         "deploy": {"set": True, "version": False},
         "knobs": {"set": True},
-        "scale": {"replicas": True},
         "replica-override": {"set": True, "replica": False},
         "cpu-throttle": {"cpu_fraction": True, "replica": False},
         "pause": {"seconds": True, "replica": False},
@@ -30,7 +28,6 @@ def test_the_fault_types_and_their_fields():
     ({"type": "deploy", "set": {"engine.enable_prefix_caching": False}}, Deploy),
     ({"type": "deploy", "set": {"max_num_batched_tokens": 64, "default_max_tokens": 48}, "version": "v9"}, Deploy),
     ({"type": "knobs", "set": {"max_num_seqs": 4}}, Knobs),
-    ({"type": "scale", "replicas": 1}, Scale),
     ({"type": "replica-override", "replica": 1, "set": {"num_gpu_blocks": 16}}, ReplicaOverride),
     ({"type": "cpu-throttle", "replica": "random", "cpu_fraction": 0.2}, CpuThrottle),
     ({"type": "pause", "replica": 0, "seconds": 5}, Pause),
@@ -67,10 +64,6 @@ def test_a_valid_spec_builds_its_type_and_round_trips(spec, cls):
     ({"type": "deploy", "set": {"version": "v3"}}, "set.version", "the fault's version field"),
     ({"type": "deploy", "set": {"max_num_seqs": 8}, "version": "not a label"}, "version", "non-empty name"),
     ({"type": "knobs", "set": {"max_num_seq": 4}}, "set.max_num_seq", "unknown knob"),
-    ({"type": "scale", "replicas": 0}, "replicas", "whole number of replicas >= 1, got 0"),
-    ({"type": "scale", "replicas": True}, "replicas", "got True"),
-    ({"type": "scale", "replicas": "2"}, "replicas", "got '2'"),
-    ({"type": "scale"}, "replicas", "required for a scale fault"),
     ({"type": "knobs", "set": {"max_num_seqs": "4"}}, "set.max_num_seqs", "positive integer"),
     ({"type": "replica-override", "set": {"num_blocks": 4}}, "set.num_blocks", "not an EngineConfig field"),
     ({"type": "replica-override", "set": {"num_gpu_blocks": 0}}, "set.num_gpu_blocks", "positive integer"),
@@ -94,7 +87,6 @@ def test_each_fault_type_says_what_the_rest_of_the_house_asks_of_it():
     described = {name: (cls.needs_ray, cls.node, cls.new_version, cls.public) for name, cls in FAULT_TYPES.items()}
     assert described == {
         "deploy": (False, None, True, True), "knobs": (False, None, False, False),
-        "scale": (False, None, False, True),
         "replica-override": (True, None, False, False), "cpu-throttle": (False, None, False, False),
         "pause": (False, None, False, False), "container-cpu-quota": (False, "container", False, False),
         "container-pause": (False, "container", False, False),
@@ -105,11 +97,3 @@ def test_each_fault_type_says_what_the_rest_of_the_house_asks_of_it():
 def test_fault_class_names_the_class_of_a_spec_or_none():
     assert fault_class({"type": "pause", "seconds": 3}) is FAULT_TYPES["pause"]
     assert fault_class({"type": "nope"}) is None and fault_class("deploy") is None
-
-
-def test_an_incidents_setup_is_a_scale_of_the_fleet_first_and_a_deploy_of_the_rest():
-    assert setup_specs({}) == []
-    assert setup_specs({"replicas": 1}) == [{"type": "scale", "replicas": 1}]
-    assert setup_specs({"engine.max_num_seqs": 16}) == [{"type": "deploy", "set": {"engine.max_num_seqs": 16}}]
-    assert setup_specs({"engine.max_num_seqs": 16, "replicas": 1}) == [
-        {"type": "scale", "replicas": 1}, {"type": "deploy", "set": {"engine.max_num_seqs": 16}}]

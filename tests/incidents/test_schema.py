@@ -197,16 +197,6 @@ def test_setup_is_checked_as_the_settings_of_a_deploy(refused):
     assert (p.line, p.message) == (line_of(text, "engine.bogus_knob"), "unknown setting")
 
 
-def test_setup_may_size_the_fleet_checked_as_a_scale(write):
-    text = edit(VALID, "traffic:\n  profile", "setup:\n  replicas: 0\ntraffic:\n  profile")
-    with pytest.raises(IncidentError) as error:
-        load_incident(write(text))
-    p = problem(error.value, "setup.replicas")
-    assert (p.line, p.message) == (line_of(text, "replicas: 0"), "must be a whole number of replicas >= 1, got 0")
-    sized = edit(VALID, "traffic:\n  profile", "setup:\n  replicas: 1\n  engine.max_num_seqs: 16\ntraffic:\n  profile")
-    assert load_incident(write(sized)).setup == {"replicas": 1, "engine.max_num_seqs": 16}
-
-
 def test_every_problem_is_reported_at_once_in_line_order(refused):
     text = edit(edit(VALID, "rate: 3.0", "rate: -3.0"), "root_cause: prompt-length-shift", "root_cause: nope")
     error, path = refused(text)
