@@ -18,10 +18,11 @@ is then graded with the answer key's own diagnosis (bench/mitigation_grade.py), 
 the action earned: issue 17's point 4 on live runs.
 
 What a case expects: the best action recovers (oracle: recovered, invariant holds); the wrong one does not
-(not recovered, or worse); shed-load under the surge, an accepted action, brings the page back under its
-threshold while the cause stays (not recovered, "quiet, but the cause is still in place"); scale-out under the
-decoy's grown prompts, accepted after the key's no-action, recovers where the machine has room. The wrong action is a real operation that leaves the mechanism in place, one a
-candidate who misread the evidence would take:
+(not recovered, or worse). Two exceptions follow their answer keys: the decoy's best is no-action (the clients'
+prompts grew: no verdict to wait for, graded in full), and its scale-out, accepted, recovers where the machine has
+room; shed-load under the surge, accepted, brings the page back under its threshold while the cause stays (not
+recovered, "quiet, but the cause is still in place"). The wrong action is a real operation that leaves the
+mechanism in place, one a candidate who misread the evidence would take:
 - a cause in one replica: the right action on another replica (`--replica other`), the slip of someone who read
   the wrong row of the by-replica table;
 - a cause in every replica (a deploy, an in-place limit): `restart-replica`, "restart it and see", whose
@@ -82,9 +83,9 @@ def _pair(incident: str, variant: str, best: str, wrong: str, *, replica_cause: 
 
 
 # The drawn variants (weight > 0), each with a remediation its answer accepts as the best action: the first one,
-# except one whose first does not act here. small-cache's
-# first is raise-kv-cache, a deploy refused where the deployed pool is already the shipped one (the small pool is one
-# replica's override), so its case is restart-replica, which brings the injected replica back on the deployed pool.
+# except small-cache, whose first is raise-kv-cache, a deploy refused where the deployed pool is already the shipped
+# one (the small pool is one replica's override), so its case is restart-replica, which brings the injected replica
+# back on the deployed pool.
 CASES: list[Case] = [
     *_pair("ttft-after-deploy", "prefix-off", "rollback-deploy", "restart-replica"),
     *_pair("ttft-after-deploy", "prefill-budget", "rollback-deploy", "restart-replica"),
