@@ -189,9 +189,13 @@ def _run_dir(row: dict) -> Path | None:
 
 
 def grade(row: dict) -> dict:
-    """The row with the grader's remediation points for its run (bench/mitigation_grade.py), where it has one."""
+    """The row with the grader's remediation points for its run (bench/mitigation_grade.py), where it has one and
+    its action was taken: a refused action left no action in the run, which the grader would then judge by the
+    key's own named remedy (the decoy's no-action, 10/10), not by anything the case did."""
     run_dir = _run_dir(row)
-    return {**row, "graded": grade_remediation(run_dir, row["incident"], row["variant"])} if run_dir else row
+    if run_dir is None or row.get("action_rc"):
+        return {k: v for k, v in row.items() if k != "graded"}
+    return {**row, "graded": grade_remediation(run_dir, row["incident"], row["variant"])}
 
 
 def backfill_grades(out: Path) -> None:
@@ -203,7 +207,8 @@ def backfill_grades(out: Path) -> None:
     rows = done(out)
     if len(rows) != len(out.read_text().splitlines()):
         return
-    graded = [r if "graded" in r or _run_dir(r) is None else grade(r) for r in rows.values()]
+    graded = [grade(r) if r.get("action_rc") or ("graded" not in r and _run_dir(r) is not None) else r
+              for r in rows.values()]
     if graded != list(rows.values()):
         tmp = out.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in graded))
