@@ -142,11 +142,13 @@ def horizon(case: Case, rows: dict[str, dict]) -> float | None:
     minutes more. A wrong action that has not recovered by then did not do what the right one did in that time.
     Where the best sibling did not recover (scale-out refused on a machine with no room), the slowest recovery of
     any best case in the file stands in for it. None (the whole duration) for a best case, or where no best case has
-    recovered yet. An accepted case (its verdict never settles: the page quiet, the cause in place) gets the quiet
-    window and the slack."""
-    if case.role == "accepted":
+    recovered yet. An accepted case (its verdict never settles: the page quiet, the cause in place) and the decoy's
+    no-action (it ran the whole 840 s on 2026-12-07) get the quiet window and the slack."""
+    if case.expect == (None,):  # the control: mitigation_drill.py's own horizon after its action
+        return None
+    if case.role == "accepted" or case.action == "no-action":  # no-action: nothing changes for a verdict to wait on
         return RECOVERY_WINDOW_S + HORIZON_SLACK_S
-    if case.role != "wrong" or None in case.expect:  # the control: mitigation_drill.py's own horizon after its action
+    if case.role != "wrong":
         return None
 
     def took(row: dict) -> float:  # from the action to the start of its quiet window
