@@ -190,12 +190,20 @@ def _run_dir(row: dict) -> Path | None:
     return Path(path) if path and Path(path).is_dir() else None
 
 
+def _refusal_recorded(run_dir: Path) -> bool:
+    """The run recorded the action the machine had no room for (`sandbox mitigate` does since 2026-12-07)."""
+    try:
+        return bool((json.loads((run_dir / "run.json").read_text()).get("mitigation") or {}).get("refused"))
+    except (OSError, ValueError):
+        return False
+
+
 def grade(row: dict) -> dict:
-    """The row with the grader's remediation points for its run (bench/mitigation_grade.py), where it has one and
-    its action was taken: a refused action left no action in the run, which the grader would then judge by the
-    key's own named remedy (the decoy's no-action, 10/10), not by anything the case did."""
+    """The row with the grader's remediation points for its run (bench/mitigation_grade.py), where it has one. A
+    refused action is graded only where its run recorded the attempt: a run without it holds no action, which the
+    grader would judge by the key's own named remedy (the decoy's no-action, 10/10), not by what the case did."""
     run_dir = _run_dir(row)
-    if run_dir is None or row.get("action_rc"):
+    if run_dir is None or (row.get("action_rc") and not _refusal_recorded(run_dir)):
         return {k: v for k, v in row.items() if k != "graded"}
     return {**row, "graded": grade_remediation(run_dir, row["incident"], row["variant"])}
 

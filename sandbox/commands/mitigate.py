@@ -24,6 +24,8 @@ def mitigate(
 ):
     """Apply one remediation to the running stack: a real operation (a rolling deploy, a replica replaced,
     an admission limit), refused with exit code 2 and nothing changed when it does not fit the stack."""
+    import time
+
     from sandbox.mitigation.actions import NoRoom, Refused, check_options
     from sandbox.mitigation.actions import mitigate as apply
     from services.stack.progress import Steps
@@ -34,12 +36,14 @@ def mitigate(
         fail(str(e), code=2)
     cfg = config()
     state = running_state(cfg)
+    started = time.time()
     try:
         report = apply(action, cfg, state, replica=replica, version=version, limit=limit,
                        steps=Steps(None if as_json else console), timeout_s=timeout, baseline=_drill_baseline(cfg))
     except Refused as e:
         fail(str(e), code=2)
     except NoRoom as e:
+        _tell_the_drill_refused(cfg, action, started, str(e))
         fail(str(e))
     except (RuntimeError, ValueError, OSError) as e:
         fail(f"{action}: {e}")
@@ -75,5 +79,19 @@ def _tell_the_drill(cfg, report: dict, replica: str | None, version: str | None)
         record_action(RunRecord.open(Path(info["run_dir"]), cfg.keys_dir), report, replica, version)
 
 
+def _tell_the_drill_refused(cfg, action: str, started: float, reason: str) -> None:
+    """A drill running on this stack records the attempt the machine had no room for (the grader credits it where
+    the key lists it); nothing changed, so its oracle has nothing to judge."""
+    from pathlib import Path
+
+    from sandbox.drill.record import RunRecord, running_drill
+    from sandbox.mitigation.watch import record_refusal
+
+    info = running_drill(cfg.home)
+    if info is not None:
+        record_refusal(RunRecord.open(Path(info["run_dir"]), cfg.keys_dir), action, started, reason)
+
+
 def register(app: typer.Typer) -> None:
     app.command(epilog="Actions:\n\n" + _actions_help())(mitigate)
+

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sandbox.drill.margins import margin_series
 from sandbox.drill.verify import SETTLE_S, WARMUP_S
+from sandbox.mitigation.watch import REFUSED
 
 STEP_S = 2.0
 
@@ -49,9 +50,10 @@ def _shade(ax, w, recovered_s: float | None) -> None:
 
 def _mark(ax, w, events: list[dict]) -> None:
     """Each deploy, the page and each action as a dashed line, labelled; labels that would overlap stack down."""
-    colours = {"page": "black", "mitigation": "tab:blue"}
+    colours = {"page": "black", "mitigation": "tab:blue", REFUSED: "gray"}
     names = {"deploy": lambda e: f"deploy {e.get('version', '')}", "mitigation": lambda e: e.get("action", ""),
-             "page": lambda e: "page", "inject": lambda e: "injection"}
+             REFUSED: lambda e: f"{e.get('action', '')} (refused)", "page": lambda e: "page",
+             "inject": lambda e: "injection"}
     marks = sorted((e for e in events if e.get("at_s") is not None and e["kind"] in names), key=lambda e: e["at_s"])
     gap = LABEL_GAP * max(w.end_s, 1.0)
     last_at: list[float] = []  # per level: the last label's x
@@ -118,7 +120,8 @@ def write_debrief(run_dir: Path, incident, sealed: dict, windows, report, prom, 
     answer = sealed["answer"]
     names = [incident.primary] + [s for s in answer["evidence"] if s != incident.primary]
     # the candidate's actions carry their wall time (`sandbox mitigate` ran in another process): on the drill's clock
-    events = [{**e, "at_s": round(e["started"] - windows.t0, 1)} if e.get("kind") == "mitigation" and "started" in e
+    events = [{**e, "at_s": round(e["started"] - windows.t0, 1)}
+              if e.get("kind") in ("mitigation", REFUSED) and "started" in e
               else e for e in events] + [{"kind": "inject", "at_s": windows.inject_s}]
     mitigation = sealed.get("mitigation") or {}
     verdict = mitigation.get("verdict") or {}
@@ -135,16 +138,18 @@ def write_debrief(run_dir: Path, incident, sealed: dict, windows, report, prom, 
     md += [f"| {c.name} | {c.points}/{c.max_points} | {c.sentence} |" for c in report.criteria]
     if report.time_to_diagnosis_s is not None:
         md += ["", f"Time to diagnosis: {report.time_to_diagnosis_s:.0f} s after the page."]
-    if mitigation.get("actions"):
+    if mitigation.get("actions") or mitigation.get("refused"):
         md += ["", "## Mitigation", "", "| action | s after the page |", "|---|---|"]
         md += [f"| {a['action']}{' ' + a['replica'] if a.get('replica') else ''} | {a.get('from_page_s')} |"
                for a in mitigation["actions"]]
+        md += [f"| {a['action']} (refused, nothing changed: {a.get('reason', '')}) | {a.get('from_page_s')} |"
+               for a in mitigation.get("refused") or []]
         md += ["", _verdict_line(verdict)]
     md += ["", "## Timeline", "", "| at (s) | event |", "|---|---|"]
     for e in sorted(events, key=lambda e: (e.get("at_s") is None, e.get("at_s") or 0)):
         detail = " ".join(f"{k}={v}" for k, v in sorted(e.items()) if k not in ("at_s", "kind", "time"))
         md.append(f"| {'' if e.get('at_s') is None else round(e['at_s'])} | {e['kind']} {detail} |")
-    shading = _shading(recovered_s, bool(mitigation.get("actions")))
+    shading = _shading(recovered_s, bool(mitigation.get("actions") or mitigation.get("refused")))
     if page_png:
         md += ["", "## The page", "", f"{alert}'s expression over its threshold: above 1 its condition holds, and "
                "the recovery oracle waits for it to stay below 1. " + shading, "", f"![the page]({page_png})"]
@@ -168,16 +173,18 @@ def _shading(recovered_s: float | None, acted: bool) -> str:
     return (f"Baseline shaded green ({WARMUP_S:.0f} s to the injection), incident red ({SETTLE_S:.0f} s after the "
             f"injection completed, {until})"
             + (", recovered blue (from the start of the oracle's quiet window)." if recovered_s is not None else ".")
-            + (" Dashed blue lines: the candidate's actions." if acted else ""))
+            + (" Dashed blue lines: the candidate's actions (gray: refused, nothing changed)." if acted else ""))
 
 
 def _html(incident, report, answer, sealed, loc, events, plots, page=None, shading="") -> str:
     e = html.escape
     mitigation = sealed.get("mitigation") or {}
     acted = ""
-    if mitigation.get("actions"):
+    if mitigation.get("actions") or mitigation.get("refused"):
         acts = "".join(f"<tr><td>{e(a['action'] + (' ' + a['replica'] if a.get('replica') else ''))}</td>"
                        f"<td>{e(str(a.get('from_page_s')))}</td></tr>" for a in mitigation["actions"])
+        acts += "".join(f"<tr><td>{e(a['action'] + ' (refused, nothing changed: ' + a.get('reason', '') + ')')}</td>"
+                        f"<td>{e(str(a.get('from_page_s')))}</td></tr>" for a in mitigation.get("refused") or [])
         verdict = _verdict_line(mitigation.get("verdict") or {}).replace("**", "")
         acted = (f"<h2>Mitigation</h2><table><tr><th>action</th><th>s after the page</th></tr>{acts}</table>"
                  f"<p>{e(verdict)}</p>")

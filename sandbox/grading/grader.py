@@ -15,7 +15,9 @@
                      the action achieved, by the recovery oracle's verdict (sandbox/mitigation/oracle.py):
                      recovered with the key's first remedy 10, with another action 5, not recovered or
                      made worse 0; otherwise (a replay, no action taken) the first remedy named among the
-                     key's (5 when only a later one is)
+                     key's (5 when only a later one is). A remedy of the key the candidate tried and the
+                     machine could not take (scale-out with no core free: nothing changed) counts as named:
+                     10 for the first, 5 for another, where it scores more than what was then done
 
 A right cause with no evidence scores at most 50. A diagnosis whose cause is wrong keeps half its
 evidence points (real signals, read into the wrong conclusion) and none for alternatives (they
@@ -223,8 +225,12 @@ class Grader:
 
     def remediation(self, d: Diagnosis) -> Criterion:
         right = self.answer["remediation"]
+        tried = self._tried(right)
         if self.mitigation and self.mitigation.get("actions"):
-            return self._acted(right)
+            acted = self._acted(right)
+            return tried if tried is not None and tried.points > acted.points else acted
+        if tried is not None:
+            return tried
         if self.wrong_replica(d):
             return Criterion("remediation", 0, POINTS["remediation"],
                              f"the remedy would act on replica {d.location.replica}, a healthy one")
@@ -236,6 +242,19 @@ class Grader:
             return Criterion("remediation", POINTS["remediation"] // 2, POINTS["remediation"],
                              f"{later[0]!r} fixes it, but comes after {d.remediation[0]!r}")
         return Criterion("remediation", 0, POINTS["remediation"], "none of the remedies fixes it")
+
+    def _tried(self, right: list[str]) -> Criterion | None:
+        """The key's remedy the candidate tried where the machine had no room for it (`sandbox mitigate` refused it,
+        nothing changed): the choice was right and the machine could not carry it out, so it is graded as named.
+        None where no such attempt was made."""
+        tried = [r["action"] for r in (self.mitigation or {}).get("refused") or [] if r["action"] in right]
+        if not tried:
+            return None
+        full = right[0] in tried
+        how = f"{right[0]}, the key's first remedy" if full else f"{tried[0]}, an accepted remedy, not the best"
+        return Criterion("remediation", POINTS["remediation"] if full else POINTS["remediation"] // 2,
+                         POINTS["remediation"], f"tried: {how}; this machine had no room for it (refused, nothing "
+                                                "changed), so the attempt is graded as named")
 
     def _acted(self, right: list[str]) -> Criterion:
         """Graded by what the actions achieved: the verdict is about the last one."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from sandbox.mitigation.oracle import STILL_IN_PLACE, RecoveryOracle
 
 JUDGE_EVERY_S = 10.0
+REFUSED = "mitigation refused"  # the event kind of an action the machine could not take
 PUBLIC_REASON = STILL_IN_PLACE  # what run.json says of a reason that names what the stack still runs
 
 
@@ -25,11 +26,19 @@ def record_action(record, report: dict, replica: str | None, version: str | None
                  **({"replica": replica} if replica else {}), **({"version": version} if version else {}))
 
 
+def record_refusal(record, action: str, started: float, reason: str) -> None:
+    """Add an action this machine could not take (scale-out with no core free: `NoRoom`) to a drill's events. Not an
+    action: nothing changed, so no oracle judges it; the grader credits the attempt where the key lists it (the
+    candidate chose the remedy, the machine had no room for it). A bad input (`Refused`) is no attempt at all."""
+    record.event(REFUSED, None, action=action, started=started, reason=reason)
+
+
 class MitigationWatch:
     def __init__(self, record, oracle: Callable[[dict], RecoveryOracle | None]):
         """`oracle(page)`: the drill's oracle for its page (None for a page with no alert: the control's report)."""
         self.record, self._make_oracle = record, oracle
         self.actions: list[dict] = []
+        self.refused: list[dict] = []  # actions the machine could not take (record_refusal): nothing changed
         self.verdict: dict | None = None
         self._oracle: RecoveryOracle | None = None
         self._offset = 0  # bytes of the events file read so far: a drill polls every half second
@@ -42,6 +51,8 @@ class MitigationWatch:
             if event.get("kind") == "mitigation":
                 self.actions.append({k: event[k] for k in ("action", "started", "replica", "version") if k in event})
                 self.verdict = None  # a new action: the last verdict was about the one before
+            elif event.get("kind") == REFUSED:
+                self.refused.append({k: event[k] for k in ("action", "started", "reason") if k in event})
         if page is None or not self.actions or self._settled() or now - self._judged_at < JUDGE_EVERY_S:
             return
         if self._oracle is None:
@@ -70,16 +81,17 @@ class MitigationWatch:
         return self.verdict is not None and self.verdict["outcome"] in ("recovered", "worse")
 
     def summary(self, page: dict | None, sealed: bool = False) -> dict | None:
-        """What run.json and the drill's JSON keep; None where no action was taken. What the invariant read
-        names the cause ("... runs engine.enable_prefix_caching=false"): only the sealed record keeps it."""
-        if not self.actions:
+        """What run.json and the drill's JSON keep; None where no action was taken or tried. What the invariant
+        read names the cause ("... runs engine.enable_prefix_caching=false"): only the sealed record keeps it."""
+        if not self.actions and not self.refused:
             return None
         paged_at = (page or {}).get("paged_at")
-        actions = [{**a, "from_page_s": None if paged_at is None else round(a["started"] - paged_at, 1)}
-                   for a in self.actions]
+        actions, refused = ([{**a, "from_page_s": None if paged_at is None else round(a["started"] - paged_at, 1)}
+                             for a in kept] for kept in (self.actions, self.refused))
         verdict = self.verdict
         if verdict is not None and not sealed:
             hidden = verdict["reason"].startswith(PUBLIC_REASON)  # "...: <what the stack still runs>"
             verdict = {**verdict, "invariant": None if verdict["invariant"] is None else "still in place",
                        "reason": PUBLIC_REASON if hidden else verdict["reason"]}
-        return {"actions": actions, "verdict": verdict, "ttm_s": (verdict or {}).get("ttm_s")}
+        return {"actions": actions, **({"refused": refused} if refused else {}), "verdict": verdict,
+                "ttm_s": (verdict or {}).get("ttm_s")}

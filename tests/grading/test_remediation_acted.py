@@ -71,6 +71,34 @@ def test_without_an_action_the_named_remedy_is_graded(grade):
     assert grade({"actions": [], "verdict": None}) == (10, "'rollback-deploy' fixes it")
 
 
+def _refused(*actions: str) -> list[dict]:
+    return [{"action": a, "started": 990.0, "reason": f"{a}: no room for another replica on this machine"}
+            for a in actions]
+
+
+def test_a_key_remedy_the_machine_had_no_room_for_is_graded_as_named(grade):
+    # prefix-off's key is [rollback-deploy, enable-prefix-caching]; a refusal stands for any action the machine
+    # could not take (in the catalogue: scale-out, the surge's remedy, on a machine with no core free)
+    tried = {"actions": [], "refused": _refused("rollback-deploy"), "verdict": None}
+    assert grade(tried) == (10, "tried: rollback-deploy, the key's first remedy; this machine had no room for it "
+                                "(refused, nothing changed), so the attempt is graded as named")
+    later = {"actions": [], "refused": _refused("enable-prefix-caching"), "verdict": None}
+    assert grade(later) == (5, "tried: enable-prefix-caching, an accepted remedy, not the best; this machine had no "
+                               "room for it (refused, nothing changed), so the attempt is graded as named")
+
+
+def test_a_refused_action_the_key_does_not_list_earns_nothing_and_what_was_done_after_it_counts(grade):
+    # not a remedy: the diagnosis's named one is graded, as with no action
+    assert grade({"actions": [], "refused": _refused("scale-out"), "verdict": None}) == (10, "'rollback-deploy' fixes it")
+    # the right remedy refused, then a wrong action that did not recover: the attempt scores more
+    then = {**_acted("restart-replica", verdict=_verdict("not recovered", reason="no")),
+            "refused": _refused("rollback-deploy")}
+    assert grade(then)[0] == 10 and grade(then)[1].startswith("tried: rollback-deploy")
+    # an accepted remedy refused, then the best one applied and recovered: what was done scores more
+    done = {**_acted("rollback-deploy", verdict=_verdict("recovered", 90.0)), "refused": _refused("enable-prefix-caching")}
+    assert grade(done) == (10, "acted: rollback-deploy; service recovered (the key's first remedy), 90 s after the page")
+
+
 def test_the_debrief_shows_each_action_on_the_timeline_and_the_recovery_shaded(tmp_path):
     from sandbox.grading.debrief import write_debrief
 
@@ -78,11 +106,15 @@ def test_the_debrief_shows_each_action_on_the_timeline_and_the_recovery_shaded(t
     incident = load_catalogue(ROOT / "incidents")[recorded.incident_id]
     w = recorded.windows()
     page = w.t0 + w.inject_s + 40
+    no_room = "scale-out: no room for another replica on this machine"
     mitigation = {"actions": [{"action": "rollback-deploy", "started": page + 60, "from_page_s": 60.0}],
+                  "refused": [{"action": "scale-out", "started": page + 10, "reason": no_room, "from_page_s": 10.0}],
                   "verdict": {"outcome": "recovered", "quiet_from": page + 90, "ttm_s": 90.0, "other_pages": [],
                               "reason": "TimeToFirstTokenHigh quiet for 120 s from 90 s after the page"}}
-    events = recorded.record.events() + [{"kind": "mitigation", "action": "rollback-deploy", "started": page + 60,
-                                          "time": page + 60}]
+    events = recorded.record.events() + [
+        {"kind": "mitigation refused", "action": "scale-out", "started": page + 10, "reason": no_room,
+         "time": page + 10},
+        {"kind": "mitigation", "action": "rollback-deploy", "started": page + 60, "time": page + 60}]
     with RecordedPrometheus(RUN / "prometheus") as prom:
         report = Grader(incident, recorded.sealed["variant"], recorded.sealed["answer"], w, prom,
                         mitigation=mitigation).grade(load_diagnosis(RUN / "golden" / "good.yaml"))
@@ -90,6 +122,9 @@ def test_the_debrief_shows_each_action_on_the_timeline_and_the_recovery_shaded(t
                            events).read_text()
     assert "| rollback-deploy | 60.0 |" in md and "Verdict: **recovered**." in md and "Time to mitigate: 90 s." in md
     assert f"| {round(w.inject_s + 100)} | mitigation action=rollback-deploy" in md
+    # an action the machine had no room for: in the table and on the timeline, changing nothing
+    assert f"| scale-out (refused, nothing changed: {no_room}) | 10.0 |" in md
+    assert f"| {round(w.inject_s + 50)} | mitigation refused action=scale-out" in md
     assert "recovered blue" in md and list((tmp_path / "debrief").glob("*.png"))
     # the SLO curve: the page's own expression over its threshold, the quantity the oracle judged
     page_alert = next(e["alert"] for e in events if e["kind"] == "page")

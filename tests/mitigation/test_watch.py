@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sandbox.drill.record import RunRecord
 from sandbox.mitigation.oracle import Verdict
-from sandbox.mitigation.watch import PUBLIC_REASON, MitigationWatch, record_action
+from sandbox.mitigation.watch import PUBLIC_REASON, MitigationWatch, record_action, record_refusal
 
 PAGE = {"alert": "TimeToFirstTokenHigh", "paged_at": 1000.0}
 STILL = "the serving version v3 runs engine.enable_prefix_caching=false"
@@ -109,3 +109,36 @@ def test_a_verdict_about_other_pages_keeps_its_reason_in_run_json_and_hides_only
     public = watch.summary(PAGE)["verdict"]
     assert public["reason"] == "another page fired after the action: ServingErrorRateHigh"
     assert public["invariant"] == "still in place"
+
+
+def test_an_action_the_machine_had_no_room_for_is_kept_apart_and_never_judged(tmp_path):
+    record = _record(tmp_path)
+    oracle = Oracle()
+    watch = MitigationWatch(record, lambda page: oracle)
+    no_room = "scale-out: no room for another replica on this machine: 2 replicas of 1 thread(s) each already use its 2 cores"
+    record_refusal(record, "scale-out", 1010.0, no_room)
+    watch.poll(PAGE, now=1030.0)
+    assert oracle.asked == []  # nothing changed: nothing to judge
+    assert watch.summary(PAGE) == {"actions": [], "refused": [
+        {"action": "scale-out", "started": 1010.0, "reason": no_room, "from_page_s": 10.0}],
+        "verdict": None, "ttm_s": None}
+
+
+def test_sandbox_mitigate_tells_a_running_drill_of_an_action_the_machine_had_no_room_for(tmp_path):
+    import json
+    import os
+
+    from sandbox.commands.mitigate import _tell_the_drill_refused
+    from sandbox.drill.record import DRILL_FILE
+    from services.stack.settings import SandboxConfig
+
+    cfg = SandboxConfig(home=tmp_path / "home")
+    record = RunRecord.create(cfg.runs, cfg.keys_dir, "20261207-190000-abcdef", {"status": "running"})
+    cfg.home.mkdir(parents=True, exist_ok=True)
+    (cfg.home / DRILL_FILE).write_text(json.dumps({"pid": os.getpid(), "run_dir": str(record.dir), "mode": "drill"}))
+    _tell_the_drill_refused(cfg, "scale-out", 1005.0, "scale-out: no room for another replica on this machine")
+    watch = MitigationWatch(record, lambda page: Oracle())
+    watch.poll(PAGE, now=1010.0)
+    assert watch.refused == [{"action": "scale-out", "started": 1005.0,
+                              "reason": "scale-out: no room for another replica on this machine"}]
+    assert watch.actions == []
