@@ -147,7 +147,8 @@ def write_debrief(run_dir: Path, incident, sealed: dict, windows, report, prom, 
         md += ["", _verdict_line(verdict)]
     md += ["", "## Timeline", "", "| at (s) | event |", "|---|---|"]
     for e in sorted(events, key=lambda e: (e.get("at_s") is None, e.get("at_s") or 0)):
-        detail = " ".join(f"{k}={v}" for k, v in sorted(e.items()) if k not in ("at_s", "kind", "time"))
+        # an action's `started` is its wall time, which the at-column already gives on the drill's clock
+        detail = " ".join(f"{k}={v}" for k, v in sorted(e.items()) if k not in ("at_s", "kind", "time", "started"))
         md.append(f"| {'' if e.get('at_s') is None else round(e['at_s'])} | {e['kind']} {detail} |")
     shading = _shading(recovered_s, bool(mitigation.get("actions") or mitigation.get("refused")))
     if page_png:

@@ -124,7 +124,8 @@ def test_the_debrief_shows_each_action_on_the_timeline_and_the_recovery_shaded(t
     assert f"| {round(w.inject_s + 100)} | mitigation action=rollback-deploy" in md
     # an action the machine had no room for: in the table and on the timeline, changing nothing
     assert f"| scale-out (refused, nothing changed: {no_room}) | 10.0 |" in md
-    assert f"| {round(w.inject_s + 50)} | mitigation refused action=scale-out" in md
+    assert f"| {round(w.inject_s + 50)} | mitigation refused action=scale-out reason={no_room} |" in md
+    assert "started=" not in md  # the wall time, which the at-column gives on the drill's clock
     assert "recovered blue" in md and list((tmp_path / "debrief").glob("*.png"))
     # the SLO curve: the page's own expression over its threshold, the quantity the oracle judged
     page_alert = next(e["alert"] for e in events if e["kind"] == "page")
