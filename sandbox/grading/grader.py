@@ -30,7 +30,7 @@ over fixed windows and steps; figures are rounded; nothing depends on the clock)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from incidents import taxonomy
@@ -38,11 +38,12 @@ from incidents.readings import readings
 from incidents.schema import load_catalogue
 from sandbox.drill.verify import family
 from sandbox.grading.citations import Citations
+from sandbox.grading.criterion import POINTS, Criterion
 from sandbox.grading.diagnosis import Diagnosis
 from sandbox.grading.evidence import BY_NAME
 from sandbox.grading.recorded import Windows
+from sandbox.grading.remediation import acted_remedy, refused_remedy
 
-POINTS = {"root_cause": 30, "location": 10, "evidence": 30, "hypotheses": 20, "remediation": 10}
 _CATALOGUES: dict[str, dict] = {}  # incidents directory -> catalogue: loading validates through promtool
 
 
@@ -52,19 +53,6 @@ def catalogue_of(incident) -> dict:
     if home not in _CATALOGUES:
         _CATALOGUES[home] = load_catalogue(home)
     return _CATALOGUES[home]
-
-
-@dataclass
-class Criterion:
-    name: str
-    points: int
-    max_points: int
-    sentence: str
-    details: list = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "points": self.points, "max": self.max_points, "sentence": self.sentence,
-                "details": self.details}
 
 
 @dataclass
@@ -225,9 +213,9 @@ class Grader:
 
     def remediation(self, d: Diagnosis) -> Criterion:
         right = self.answer["remediation"]
-        tried = self._tried(right)
+        tried = refused_remedy(self.mitigation, right)
         if self.mitigation and self.mitigation.get("actions"):
-            acted = self._acted(right)
+            acted = acted_remedy(self.mitigation, right, control=self.incident.page.alert is None)
             return tried if tried is not None and tried.points > acted.points else acted
         if tried is not None:
             return tried
@@ -242,55 +230,6 @@ class Grader:
             return Criterion("remediation", POINTS["remediation"] // 2, POINTS["remediation"],
                              f"{later[0]!r} fixes it, but comes after {d.remediation[0]!r}")
         return Criterion("remediation", 0, POINTS["remediation"], "none of the remedies fixes it")
-
-    def _tried(self, right: list[str]) -> Criterion | None:
-        """The key's remedy the candidate tried where the machine had no room for it (`sandbox mitigate` refused it,
-        nothing changed): the choice was right and the machine could not carry it out, so it is graded as named.
-        None where no such attempt was made."""
-        tried = [r["action"] for r in (self.mitigation or {}).get("refused") or [] if r["action"] in right]
-        if not tried:
-            return None
-        full = right[0] in tried
-        how = f"{right[0]}, the key's first remedy" if full else f"{tried[0]}, an accepted remedy, not the best"
-        return Criterion("remediation", POINTS["remediation"] if full else POINTS["remediation"] // 2,
-                         POINTS["remediation"], f"tried: {how}; this machine had no room for it (refused, nothing "
-                                                "changed), so the attempt is graded as named")
-
-    def _acted(self, right: list[str]) -> Criterion:
-        """Graded by what the actions achieved: the verdict is about the last one."""
-        actions = [a["action"] for a in self.mitigation["actions"]]
-        verdict = self.mitigation.get("verdict") or {}
-        done = ", then ".join(actions)
-        if self.incident.page.alert is None:  # the control: nothing to recover from; any change is a disruption
-            if set(actions) == {"no-action"}:
-                return Criterion("remediation", POINTS["remediation"], POINTS["remediation"],
-                                 "acted: no-action, the right call on a healthy stack")
-            return Criterion("remediation", 0, POINTS["remediation"],
-                             f"acted: {done}; made it worse: a change to a healthy stack, with nothing to fix")
-        if actions and set(actions) == {"no-action"} and "no-action" in right:
-            # the cause is outside the stack (the clients' traffic changed): leaving the stack as it is was the call,
-            # and no SLO comes back for it
-            full = right[0] == "no-action"
-            return Criterion("remediation", POINTS["remediation"] if full else POINTS["remediation"] // 2,
-                             POINTS["remediation"], "acted: no-action, " + (
-                                 "the key's first remedy: nothing in the stack to undo" if full else
-                                 "an accepted remedy, not the best"))
-        outcome = verdict.get("outcome")
-        if outcome == "recovered":
-            ttm = verdict.get("ttm_s")
-            full = actions[-1] == right[0]
-            points = POINTS["remediation"] if full else POINTS["remediation"] // 2
-            how = "the key's first remedy" if full else \
-                "an accepted remedy, not the best" if actions[-1] in right else "an action the key does not list"
-            return Criterion("remediation", points, POINTS["remediation"],
-                             f"acted: {done}; service recovered ({how}), {ttm:.0f} s after the page"
-                             if ttm is not None else f"acted: {done}; service recovered ({how})")
-        if outcome == "worse":
-            return Criterion("remediation", 0, POINTS["remediation"],
-                             f"acted: {done}; made it worse: {', '.join(verdict.get('other_pages') or [])} "
-                             "paged after it")
-        why = verdict.get("reason") or "the drill ended before the oracle could judge it"
-        return Criterion("remediation", 0, POINTS["remediation"], f"acted: {done}; not recovered: {why}")
 
 
 def _r(v):
