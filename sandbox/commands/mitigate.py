@@ -67,31 +67,32 @@ def _drill_baseline(cfg):
     return Path(path) if path and Path(path).is_file() else None
 
 
-def _tell_the_drill(cfg, report: dict, replica: str | None, version: str | None) -> None:
-    """A drill running on this stack records the action, and its oracle judges what it did."""
+def _drill_record(cfg):
+    """The RunRecord of the drill running on this stack (its marker says), or None outside a drill."""
     from pathlib import Path
 
     from sandbox.drill.record import RunRecord, running_drill
-    from sandbox.mitigation.watch import record_action
 
     info = running_drill(cfg.home)
-    if info is not None:
-        record_action(RunRecord.open(Path(info["run_dir"]), cfg.keys_dir), report, replica, version)
+    return RunRecord.open(Path(info["run_dir"]), cfg.keys_dir) if info is not None else None
+
+
+def _tell_the_drill(cfg, report: dict, replica: str | None, version: str | None) -> None:
+    """A drill running on this stack records the action, and its oracle judges what it did."""
+    from sandbox.mitigation.watch import record_action
+
+    if (record := _drill_record(cfg)) is not None:
+        record_action(record, report, replica, version)
 
 
 def _tell_the_drill_refused(cfg, action: str, started: float, reason: str) -> None:
     """A drill running on this stack records the attempt the machine had no room for (the grader credits it where
     the key lists it); nothing changed, so its oracle has nothing to judge."""
-    from pathlib import Path
-
-    from sandbox.drill.record import RunRecord, running_drill
     from sandbox.mitigation.watch import record_refusal
 
-    info = running_drill(cfg.home)
-    if info is not None:
-        record_refusal(RunRecord.open(Path(info["run_dir"]), cfg.keys_dir), action, started, reason)
+    if (record := _drill_record(cfg)) is not None:
+        record_refusal(record, action, started, reason)
 
 
 def register(app: typer.Typer) -> None:
     app.command(epilog="Actions:\n\n" + _actions_help())(mitigate)
-

@@ -140,10 +140,7 @@ def write_debrief(run_dir: Path, incident, sealed: dict, windows, report, prom, 
         md += ["", f"Time to diagnosis: {report.time_to_diagnosis_s:.0f} s after the page."]
     if mitigation.get("actions") or mitigation.get("refused"):
         md += ["", "## Mitigation", "", "| action | s after the page |", "|---|---|"]
-        md += [f"| {a['action']}{' ' + a['replica'] if a.get('replica') else ''} | {a.get('from_page_s')} |"
-               for a in mitigation["actions"]]
-        md += [f"| {a['action']} (refused, nothing changed: {a.get('reason', '')}) | {a.get('from_page_s')} |"
-               for a in mitigation.get("refused") or []]
+        md += [f"| {what} | {at} |" for what, at in _action_rows(mitigation)]
         md += ["", _verdict_line(verdict)]
     md += ["", "## Timeline", "", "| at (s) | event |", "|---|---|"]
     for e in sorted(events, key=lambda e: (e.get("at_s") is None, e.get("at_s") or 0)):
@@ -161,6 +158,14 @@ def write_debrief(run_dir: Path, incident, sealed: dict, windows, report, prom, 
     (out / "debrief.html").write_text(_html(incident, report, answer, sealed, loc, events, plots,
                                             (alert, page_png) if page_png else None, shading))
     return out / "debrief.md"
+
+
+def _action_rows(mitigation: dict) -> list[tuple[str, object]]:
+    """(what, seconds after the page) for each action taken, then each the machine had no room for."""
+    return ([(a["action"] + (f" {a['replica']}" if a.get("replica") else ""), a.get("from_page_s"))
+             for a in mitigation.get("actions") or []]
+            + [(f"{a['action']} (refused, nothing changed: {a.get('reason', '')})", a.get("from_page_s"))
+               for a in mitigation.get("refused") or []])
 
 
 def _verdict_line(verdict: dict) -> str:
@@ -182,10 +187,7 @@ def _html(incident, report, answer, sealed, loc, events, plots, page=None, shadi
     mitigation = sealed.get("mitigation") or {}
     acted = ""
     if mitigation.get("actions") or mitigation.get("refused"):
-        acts = "".join(f"<tr><td>{e(a['action'] + (' ' + a['replica'] if a.get('replica') else ''))}</td>"
-                       f"<td>{e(str(a.get('from_page_s')))}</td></tr>" for a in mitigation["actions"])
-        acts += "".join(f"<tr><td>{e(a['action'] + ' (refused, nothing changed: ' + a.get('reason', '') + ')')}</td>"
-                        f"<td>{e(str(a.get('from_page_s')))}</td></tr>" for a in mitigation.get("refused") or [])
+        acts = "".join(f"<tr><td>{e(what)}</td><td>{e(str(at))}</td></tr>" for what, at in _action_rows(mitigation))
         verdict = _verdict_line(mitigation.get("verdict") or {}).replace("**", "")
         acted = (f"<h2>Mitigation</h2><table><tr><th>action</th><th>s after the page</th></tr>{acts}</table>"
                  f"<p>{e(verdict)}</p>")

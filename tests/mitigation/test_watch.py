@@ -132,7 +132,7 @@ def test_sandbox_mitigate_tells_a_running_drill_of_an_action_the_machine_had_no_
     from sandbox.drill.record import DRILL_FILE
     from services.stack.settings import SandboxConfig
 
-    cfg = SandboxConfig(home=tmp_path / "home")
+    cfg = SandboxConfig(home=tmp_path / "home", runs=tmp_path / "runs")
     record = RunRecord.create(cfg.runs, cfg.keys_dir, "20261207-190000-abcdef", {"status": "running"})
     cfg.home.mkdir(parents=True, exist_ok=True)
     (cfg.home / DRILL_FILE).write_text(json.dumps({"pid": os.getpid(), "run_dir": str(record.dir), "mode": "drill"}))
